@@ -1,0 +1,245 @@
+// Package driver defines the interfaces a dlock backend implements.
+//
+// User code talks to the dlock package (Client, Mutex, Lease); the dlock
+// package talks to a Driver. The split follows database/sql:
+//
+//	user code → dlock (concrete types) → dlock/driver (interfaces)
+//
+// A driver does one thing well: atomic round trips against its backend. It
+// does not retry, back off, wait in a loop, schedule renewals, keep validity
+// deadlines, validate names or options, or wrap its errors for users: the
+// dlock package does all of that once, for every backend.
+//
+// # The contract
+//
+// Every method must be safe for concurrent use and must honour its context:
+// when ctx is done the method returns promptly with an error that wraps
+// ctx.Err(). Mutating calls (TryAcquire, Release, Renew) must be atomic on the
+// server: either they take effect completely or not at all, and their result
+// says which. When a call's outcome is unknown (the request was sent but the
+// reply was lost), the driver returns an ordinary error; the dlock package
+// treats the lease as possibly held and releases it on a best-effort basis.
+//
+// Time that decides expiry is the backend's own (Redis TIME/PX, SQL now(),
+// etcd and ZooKeeper sessions). A driver never compares its local wall clock
+// with a server's.
+//
+// Every grant carries an owner string chosen by the caller. The backend stores
+// it with the lock and checks it atomically in Release and Renew, so a stale
+// caller can never release or extend a newer holder's lock. A TryAcquire by an
+// owner that already holds the lock re-enters it: the hold count goes up by
+// one, the fencing token stays the same, and the TTL is reset.
+//
+// Every grant carries a fencing token: a uint64 strictly greater than every
+// token granted before for that name on that backend, including to holders
+// that crashed. Re-entering does not change the token.
+//
+// Lock-delay (Chubby): when a holder's lease ends without a release (it
+// expired, or its session was lost), the lock stays unavailable for the
+// holder's AcquireRequest.LockDelay beyond the expiry. A Release frees the lock
+// at once. A driver that cannot honour LockDelay > 0 returns an error wrapping
+// ErrUnsupported from TryAcquire.
+//
+// # Optional capabilities
+//
+// A driver may also implement Notifier (waiters are woken by the server when
+// a lock is released), Queuer (the backend queues waiters natively, in order),
+// Inspector (list locks for status output), NameChecker (backend-specific name
+// rules) and Limiter (TTL bounds). The dlock package finds them by type
+// assertion, as database/sql finds driver.Pinger.
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors shared by drivers and the dlock package. The dlock package
+// re-exports them under the same names; errors.Is works through every wrap.
+var (
+	// ErrLocked means the lock is held by another owner (or is inside its
+	// lock-delay). Drivers may return a *LockedError to add a retry hint.
+	ErrLocked = errors.New("dlock: lock is held")
+	// ErrNotHeld means the caller's owner does not hold the lock: it was
+	// released, expired, or taken over by another holder.
+	ErrNotHeld = errors.New("dlock: lock is not held by this owner")
+	// ErrUnsupported means the backend cannot honour a requested option.
+	ErrUnsupported = errors.New("dlock: not supported by this backend")
+	// ErrSessionLost means the session the grant was bound to has ended
+	// (an etcd lease expired, a ZooKeeper session expired, a pinned SQL
+	// connection died). Every grant bound to it is gone.
+	ErrSessionLost = errors.New("dlock: backend session lost")
+)
+
+// LockedError is returned by TryAcquire when the lock is held by someone
+// else. It wraps ErrLocked.
+type LockedError struct {
+	// RetryAfter is how long until the lock can be taken at the earliest if
+	// nobody releases it: the holder's remaining TTL plus any lock-delay, as
+	// the backend measured it. Zero means unknown.
+	RetryAfter time.Duration
+	// Token is the current holder's fencing token, zero if unknown.
+	Token uint64
+}
+
+func (e *LockedError) Error() string { return ErrLocked.Error() }
+
+// Unwrap returns ErrLocked.
+func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// AcquireRequest describes one attempt to take a lock. The dlock package has
+// validated every field before a driver sees it.
+type AcquireRequest struct {
+	// Name is the lock's name: 1 to 255 bytes of valid UTF-8 with no control
+	// characters. A driver maps it onto its key space (escaping or hashing as
+	// it must) in a way that never lets two different names collide.
+	Name string
+	// Owner identifies the holder: 1 to 128 bytes of printable ASCII. A
+	// request whose Owner holds the lock already re-enters it.
+	Owner string
+	// TTL is how long the grant lives without renewal, at least 1ms.
+	// Session-bound drivers may use their session's TTL instead and report
+	// it in Grant.TTL.
+	TTL time.Duration
+	// LockDelay keeps the lock unavailable this long after the grant ends
+	// without a release (expiry, session loss). Zero means none.
+	LockDelay time.Duration
+}
+
+// Grant is a successful TryAcquire or Acquire.
+type Grant struct {
+	// Token is the fencing token (see the package doc). Never zero.
+	Token uint64
+	// Count is the hold count after this acquire: 1 for a new grant, more
+	// when the owner re-entered.
+	Count int
+	// TTL is the lease time the backend actually granted, measured from when
+	// the request was sent. Zero means the requested TTL.
+	TTL time.Duration
+	// Handle is driver-private state for this grant (a key, a node path, a
+	// pinned connection). The dlock package hands it back unchanged in
+	// Lease.Handle for Release and Renew, and never looks inside.
+	Handle any
+	// Lost, if not nil, is closed by the driver when it learns that the
+	// grant is gone without being asked (a session expired, a pinned
+	// connection died). After it closes, Cause reports why. A driver that
+	// cannot tell leaves both nil; loss is then found by Renew.
+	Lost <-chan struct{}
+	// Cause returns the reason once Lost is closed. It must wrap
+	// ErrSessionLost or ErrNotHeld.
+	Cause func() error
+}
+
+// Lease identifies a grant in Release and Renew calls.
+type Lease struct {
+	Name   string
+	Owner  string
+	Token  uint64
+	Handle any
+	// TTL is the lease time to set from now (Renew) or the TTL of the
+	// original grant (Release).
+	TTL time.Duration
+	// LockDelay is the lock-delay of the original grant.
+	LockDelay time.Duration
+}
+
+// Driver is the interface every backend implements.
+type Driver interface {
+	// TryAcquire makes one attempt to take or re-enter the lock. It returns
+	// a Grant, or an error wrapping ErrLocked when another owner holds it
+	// (or it is within a lock-delay), or any other error when the attempt
+	// failed. It never waits for the lock to be released.
+	TryAcquire(ctx context.Context, req AcquireRequest) (Grant, error)
+
+	// Release gives up one hold of the lock by l.Owner. It returns the hold
+	// count that remains (0 when the lock is now free, and free at once with
+	// no lock-delay), or an error wrapping ErrNotHeld when l.Owner does not
+	// hold the lock. A Release never affects another owner's grant.
+	Release(ctx context.Context, l Lease) (remaining int, err error)
+
+	// Renew extends every lease in ls to its TTL from now, in as few round
+	// trips as the backend allows (one per connection is the aim). errs has
+	// one entry per lease: nil when renewed, an error wrapping ErrNotHeld
+	// when that lease is gone (it will never come back), or another error
+	// when its fate is unknown. A non-nil err means no lease could be
+	// renewed and all fates are unknown; errs is then ignored.
+	Renew(ctx context.Context, ls []Lease) (errs []error, err error)
+
+	// Close releases the driver's own resources (connections, sessions,
+	// goroutines). It does not release locks one by one; the dlock package
+	// has done that already. Locks still held may be freed as a side effect
+	// (a closed ZooKeeper session deletes its nodes) or be left to expire.
+	// Close must not close a client the user passed to the driver's
+	// constructor; such a driver only stops what it started itself.
+	Close() error
+}
+
+// Notifier is implemented by drivers whose backend tells waiters when a lock
+// is released (Redis pub/sub, PostgreSQL LISTEN/NOTIFY).
+type Notifier interface {
+	// Subscribe starts listening for releases of name. The dlock package
+	// subscribes before its first TryAcquire, so a release between a failed
+	// attempt and the wait is not missed.
+	Subscribe(ctx context.Context, name string) (Subscription, error)
+}
+
+// Subscription delivers release notifications for one name.
+type Subscription interface {
+	// C receives a value (coalesced, never blocking the sender) after the
+	// lock may have become free.
+	C() <-chan struct{}
+	// Close stops the subscription. It is safe to call more than once.
+	Close() error
+}
+
+// Queuer is implemented by drivers whose backend keeps a fair queue of
+// waiters (etcd revisions, ZooKeeper sequential nodes). The dlock package
+// calls Acquire instead of looping over TryAcquire.
+type Queuer interface {
+	// Acquire enqueues the request and blocks until it is granted, ctx is
+	// done, or an error occurs. On any error return it must leave nothing
+	// behind on the server: no queue entry, no orphan key or node. When ctx
+	// is done it returns an error wrapping ctx.Err().
+	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
+}
+
+// LockInfo describes one lock, for status output.
+type LockInfo struct {
+	Name  string
+	Owner string // empty when the lock is free
+	Token uint64 // the last token granted
+	Count int    // hold count, 0 when free
+	// ExpiresIn is the remaining TTL of the holder; negative when unknown
+	// (session-bound), zero when free.
+	ExpiresIn time.Duration
+	// Waiters is the number of queued waiters, or -1 when unknown.
+	Waiters int
+}
+
+// Inspector is implemented by drivers that can list locks.
+type Inspector interface {
+	// Inspect lists locks whose names start with prefix, sorted by name.
+	Inspect(ctx context.Context, prefix string) ([]LockInfo, error)
+}
+
+// NameChecker is implemented by drivers with rules for names beyond the
+// dlock package's own. CheckName returns an error describing what is wrong.
+type NameChecker interface {
+	CheckName(name string) error
+}
+
+// Limits bounds the options a backend can honour.
+type Limits struct {
+	// MinTTL is the shortest TTL the backend grants; shorter requests are
+	// refused as invalid. Zero means 1ms.
+	MinTTL time.Duration
+	// TTLGranularity: TTLs are rounded up to a multiple of it. Zero means
+	// exact.
+	TTLGranularity time.Duration
+}
+
+// Limiter is implemented by drivers that have Limits.
+type Limiter interface {
+	Limits() Limits
+}

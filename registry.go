@@ -1,0 +1,89 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// URLOpener opens a driver from a URL. The URL's query holds only the
+// driver's own parameters: the client-wide ones (ttl, lock_delay, …) have been
+// taken out and applied to Options by Open. An opener must refuse a parameter
+// it does not know with an error naming it, and must never put the URL's
+// password into an error.
+type URLOpener func(ctx context.Context, u *url.URL) (driver.Driver, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]URLOpener{}
+)
+
+// Register makes a driver available under a URL scheme. Drivers call it from
+// init. Registering the same scheme twice, or a nil opener, panics.
+func Register(scheme string, open URLOpener) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if open == nil {
+		panic("dlock: Register opener is nil")
+	}
+	if _, dup := registry[scheme]; dup {
+		panic("dlock: Register called twice for scheme " + scheme)
+	}
+	registry[scheme] = open
+}
+
+// Schemes returns the registered URL schemes, sorted.
+func Schemes() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	s := make([]string, 0, len(registry))
+	for k := range registry {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
+
+func lookupScheme(scheme string) (URLOpener, error) {
+	registryMu.RLock()
+	open := registry[scheme]
+	registryMu.RUnlock()
+	if open != nil {
+		return open, nil
+	}
+	return nil, invalid("url", "unknown scheme %q (registered: %s; forgotten import of the driver package, e.g. _ \"github.com/dlock/dlock/%slock\"?)",
+		scheme, strings.Join(Schemes(), ", "), scheme)
+}
+
+// redact hides a URL's password in err's message. Drivers should never echo
+// it, but client libraries sometimes do; Open passes every error through this.
+func redact(err error, u *url.URL) error {
+	if err == nil || u == nil || u.User == nil {
+		return err
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return &redactedError{err: err, secret: pw}
+}
+
+type redactedError struct {
+	err    error
+	secret string
+}
+
+func (e *redactedError) Error() string {
+	return strings.ReplaceAll(e.err.Error(), e.secret, "xxxxx")
+}
+
+func (e *redactedError) Unwrap() error { return e.err }
+
+var _ = errors.New
+var _ = fmt.Sprint

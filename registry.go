@@ -2,8 +2,7 @@ package dlock
 
 import (
 	"context"
-	"errors"
-	"fmt"
+
 	"net/url"
 	"sort"
 	"strings"
@@ -85,5 +84,3 @@ func (e *redactedError) Error() string {
 
 func (e *redactedError) Unwrap() error { return e.err }
 
-var _ = errors.New
-var _ = fmt.Sprint

@@ -132,6 +132,12 @@ type Grant struct {
 }
 
 // Lease identifies a grant in Release and Renew calls.
+//
+// Release may be called with Token 0 and a nil Handle: the dlock package does
+// that to clean up after a TryAcquire whose outcome is unknown (the reply was
+// lost or the context ended mid-request), always with a fresh random Owner
+// that nobody else uses. The driver then releases whatever that owner holds
+// on Name, or returns ErrNotHeld.
 type Lease struct {
 	Name   string
 	Owner  string

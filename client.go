@@ -1,0 +1,315 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Client hands out locks on one backend. It owns the driver it was given:
+// its renewal goroutine renews every lease it granted, batched into one
+// driver call per tick, and Close releases them all.
+//
+// A Client is safe for concurrent use. Create one per backend and share it;
+// each Client is a separate session to the backend.
+type Client struct {
+	d      driver.Driver
+	opts   Options // with defaults
+	log    *slog.Logger
+	limits driver.Limits
+
+	mu     sync.Mutex
+	closed bool
+	leases map[*Lease]struct{}
+	// lostWatch holds one goroutine per distinct driver loss channel
+	// (usually one per session), not one per lease.
+	lostWatch map[<-chan struct{}]map[*Lease]struct{}
+
+	renew    *renewer
+	closing  chan struct{}
+	closeCtx context.Context // cancelled when Close starts
+	stopCtx  context.CancelFunc
+	wg       sync.WaitGroup
+	closeErr error
+	once     sync.Once
+}
+
+// Open connects to the backend named by rawURL, whose scheme selects a
+// registered driver (import the driver package for its side effect, e.g.
+// _ "github.com/dlock/dlock/redislock"). Query parameters ttl,
+// renew_interval, lock_delay, wait_min, wait_max, drift and release_timeout
+// set the Client's Options; the rest belong to the driver, which refuses any
+// it does not know. Errors never contain the URL's password.
+func Open(ctx context.Context, rawURL string) (*Client, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Parse echoes the input, password included: do not wrap it.
+		return nil, invalid("url", "cannot parse (check its form: scheme://host/path?params)")
+	}
+	if u.Scheme == "" {
+		return nil, invalid("url", "has no scheme (registered: %v)", Schemes())
+	}
+	open, err := lookupScheme(u.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	var o Options
+	if err := takeClientParams(u, &o); err != nil {
+		return nil, err
+	}
+	d, err := open(ctx, u)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
+		return nil, redact(&OpError{Op: "open", Name: "", Err: fmt.Errorf("%s: %w", u.Redacted(), err)}, u)
+	}
+	c, err := newClient(d, &o)
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// New returns a Client over d with the given defaults (nil: all defaults).
+// The Client owns d and closes it in Close. New panics if opts are invalid,
+// since they are a program's constants; use Open or validate with
+// Options.Validate for options that come from users.
+func New(d driver.Driver, opts *Options) *Client {
+	c, err := newClient(d, opts)
+	if err != nil {
+		panic(err.Error())
+	}
+	return c
+}
+
+// Validate reports whether o (after defaults) is acceptable, naming the first
+// bad field.
+func (o *Options) Validate() error {
+	r := o.withDefaults()
+	return r.validate()
+}
+
+func newClient(d driver.Driver, opts *Options) (*Client, error) {
+	if d == nil {
+		return nil, invalid("driver", "must not be nil")
+	}
+	o := opts.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		d:         d,
+		opts:      o,
+		log:       o.Logger,
+		leases:    map[*Lease]struct{}{},
+		lostWatch: map[<-chan struct{}]map[*Lease]struct{}{},
+		closing:   make(chan struct{}),
+	}
+	c.closeCtx, c.stopCtx = context.WithCancel(context.Background())
+	if c.log == nil {
+		c.log = slog.New(discardHandler{})
+	}
+	if l, ok := d.(driver.Limiter); ok {
+		c.limits = l.Limits()
+	}
+	c.renew = newRenewer(c)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.renew.run()
+	}()
+	return c, nil
+}
+
+// Driver returns the driver the Client uses, for capability checks and
+// driver-specific calls.
+func (c *Client) Driver() driver.Driver { return c.d }
+
+// LockInfo describes one lock, as Inspect reports it.
+type LockInfo = driver.LockInfo
+
+// Inspect lists the locks whose names start with prefix, for status output.
+// It returns ErrUnsupported if the backend cannot list locks.
+func (c *Client) Inspect(ctx context.Context, prefix string) ([]LockInfo, error) {
+	in, ok := c.d.(driver.Inspector)
+	if !ok {
+		return nil, &OpError{Op: "inspect", Err: ErrUnsupported}
+	}
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	infos, err := in.Inspect(ctx, prefix)
+	if err != nil {
+		return nil, c.wrap("inspect", "", ctx, err)
+	}
+	return infos, nil
+}
+
+// Do takes the lock name (waiting as Lock does), runs fn, and releases the
+// lock. fn's context is cancelled when ctx is, or when the lease is lost; fn
+// should stop its work then. Do returns fn's error; if fn returned nil but the
+// lease was lost while it ran, Do returns the lease's error (wrapping
+// ErrLeaseLost), since the work may have overlapped another holder's.
+func (c *Client) Do(ctx context.Context, name string, opts *MutexOptions, fn func(ctx context.Context, l *Lease) error) error {
+	if fn == nil {
+		return invalid("fn", "must not be nil")
+	}
+	l, err := c.NewMutex(name, opts).Lock(ctx)
+	if err != nil {
+		return err
+	}
+	workCtx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.Context(), func() { cancel(l.Err()) })
+	ferr := fn(workCtx, l)
+	stop()
+	cancel(nil)
+	lerr := l.Err()
+	uerr := l.Unlock(context.WithoutCancel(ctx))
+	switch {
+	case ferr != nil:
+		return ferr
+	case lerr != nil:
+		return lerr
+	case uerr != nil && !errors.Is(uerr, ErrNotHeld):
+		return uerr
+	}
+	return nil
+}
+
+// Close releases every lease the Client holds (best effort, in parallel,
+// bounded by Options.ReleaseTimeout), ends them with ErrClosed, stops every
+// goroutine the Client started and closes the driver. Lock calls waiting at
+// the time return ErrClosed. Close is idempotent; later calls return the
+// first call's result.
+func (c *Client) Close() error {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		leases := make([]*Lease, 0, len(c.leases))
+		for l := range c.leases {
+			leases = append(leases, l)
+		}
+		c.mu.Unlock()
+		close(c.closing)
+		c.stopCtx()
+
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
+		sem := make(chan struct{}, 16)
+		var wg sync.WaitGroup
+		for _, l := range leases {
+			if !l.beginRelease() {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(l *Lease) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if _, err := c.d.Release(ctx, l.driverLease()); err != nil && !errors.Is(err, ErrNotHeld) {
+					c.log.Warn("dlock: release on close failed; the lock will expire by TTL", "name", l.name, "err", err)
+				}
+				l.end(ErrClosed)
+			}(l)
+		}
+		wg.Wait()
+		cancel()
+		c.wg.Wait()
+		c.closeErr = c.d.Close()
+	})
+	return c.closeErr
+}
+
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// register adds a lease to the client's books; false if the client closed.
+func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.leases[l] = struct{}{}
+	if lost != nil {
+		set, ok := c.lostWatch[lost]
+		if !ok {
+			set = map[*Lease]struct{}{}
+			c.lostWatch[lost] = set
+			c.wg.Add(1)
+			go c.watchLost(lost)
+		}
+		set[l] = struct{}{}
+	}
+	return true
+}
+
+func (c *Client) unregister(l *Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.leases, l)
+	if l.lost != nil {
+		delete(c.lostWatch[l.lost], l)
+	}
+}
+
+// watchLost ends every lease bound to a driver loss channel when it closes.
+func (c *Client) watchLost(lost <-chan struct{}) {
+	defer c.wg.Done()
+	select {
+	case <-lost:
+	case <-c.closing:
+		return
+	}
+	c.mu.Lock()
+	set := c.lostWatch[lost]
+	delete(c.lostWatch, lost)
+	ls := make([]*Lease, 0, len(set))
+	for l := range set {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		cause := driver.ErrSessionLost
+		if l.cause != nil {
+			if err := l.cause(); err != nil {
+				cause = err
+			}
+		}
+		l.lose(cause)
+	}
+}
+
+// wrap turns a driver error into the error a user sees: sentinels and
+// context errors pass through (wrapped once with the name); the rest become
+// an *OpError.
+func (c *Client) wrap(op, name string, ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("dlock: %s %q: %w", op, name, ctx.Err())
+	}
+	var oe *OpError
+	var ie *InvalidArgumentError
+	if errors.As(err, &oe) || errors.As(err, &ie) {
+		return err
+	}
+	return &OpError{Op: op, Name: name, Err: err}
+}
+
+type discardHandler struct{}
+
+func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
+func (h discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
+func (h discardHandler) WithGroup(string) slog.Handler           { return h }

@@ -1,0 +1,295 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Lease is one grant of a lock. It is valid until Done is closed; Err then
+// says why it ended. A Lease is safe for concurrent use.
+//
+// A Lease is kept alive by its Client's renewal goroutine. If renewal cannot
+// confirm the lease before its local validity deadline (measured on the
+// monotonic clock from when the acquire request was sent, minus the drift
+// margin), or the backend reports it gone, the lease is lost: Done closes,
+// Context is cancelled and Err returns an error wrapping ErrLeaseLost. Work
+// protected by the lock should watch Done (or use Context) and pass Token to
+// the resource it writes, so that a resource that checks fencing tokens can
+// refuse a holder that lost its lease without knowing it yet.
+type Lease struct {
+	c         *Client
+	name      string
+	owner     string
+	token     uint64
+	count     int
+	handle    any
+	delay     time.Duration
+	drift     time.Duration
+	lost      <-chan struct{}
+	cause     func() error
+	autoRenew bool
+
+	done   chan struct{}
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu         sync.Mutex
+	ttl        time.Duration
+	renewEvery time.Duration
+	validUntil time.Time // local monotonic deadline
+	nextRenew  time.Time
+	lossTimer  Timer
+	releasing  bool
+	err        error
+}
+
+func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, parent context.Context) *Lease {
+	ttl := r.ttl
+	if g.TTL > 0 {
+		ttl = g.TTL
+	}
+	drift := r.drift
+	if g.TTL > 0 && g.TTL != r.ttl && c.opts.Drift == 0 {
+		drift = defaultDrift(g.TTL)
+	}
+	every := r.renew
+	if !r.renewSet || every == 0 {
+		every = ttl / 3
+	}
+	l := &Lease{
+		c: c, name: m.name, owner: r.owner, token: g.Token, count: g.Count, handle: g.Handle,
+		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause,
+		autoRenew: every > 0,
+		done:      make(chan struct{}),
+		ttl:       ttl, renewEvery: every,
+	}
+	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(parent))
+	l.validUntil = sent.Add(ttl - drift)
+	l.nextRenew = sent.Add(every)
+	remaining := l.validUntil.Sub(c.opts.Clock.Now())
+	l.lossTimer = c.opts.Clock.AfterFunc(remaining, l.deadlinePassed)
+	return l
+}
+
+// Name returns the lock's name.
+func (l *Lease) Name() string { return l.name }
+
+// Owner returns the owner token the lease was granted to.
+func (l *Lease) Owner() string { return l.owner }
+
+// Token returns the fencing token: strictly greater than every token granted
+// before for this name on this backend, to any holder. Re-entering keeps the
+// token. Pass it to the resource the lock protects (see package fence).
+func (l *Lease) Token() uint64 { return l.token }
+
+// Count returns the hold count the backend reported when this lease was
+// granted: 1, or more if the owner re-entered.
+func (l *Lease) Count() int { return l.count }
+
+// Done returns a channel closed when the lease ends: released, lost, or its
+// client closed.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is held; afterwards an error wrapping
+// ErrReleased, ErrLeaseLost (and its cause) or ErrClosed.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Context returns a context cancelled when Done closes, carrying the values
+// of the context Lock was called with. context.Cause reports Err.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// ValidFor returns how long the lease is known to be valid from now, by the
+// local monotonic clock (zero once it ended).
+func (l *Lease) ValidFor() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return 0
+	}
+	return max(l.validUntil.Sub(l.c.opts.Clock.Now()), 0)
+}
+
+// Extend sets the lease's TTL to ttl from now on the server and uses ttl for
+// later automatic renewals. It returns ErrNotHeld if the lease has ended (and
+// ends it with ErrLeaseLost if the server no longer has it). It runs on a
+// context detached from ctx's cancellation, bounded by the client's
+// ReleaseTimeout, so that its outcome is always known.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl < minTTL || ttl > maxDuration {
+		return invalid("TTL", "must be between %v and %v, got %v", minTTL, maxDuration, ttl)
+	}
+	if ttl < l.c.limits.MinTTL {
+		return invalid("TTL", "must be at least %v on this backend, got %v", l.c.limits.MinTTL, ttl)
+	}
+	l.mu.Lock()
+	if l.err != nil || l.releasing {
+		l.mu.Unlock()
+		return fmt.Errorf("dlock: extend %q: %w", l.name, ErrNotHeld)
+	}
+	dl := l.driverLeaseLocked()
+	l.mu.Unlock()
+	dl.TTL = ttl
+	rctx, cancel := l.c.detached(ctx)
+	defer cancel()
+	sent := l.c.opts.Clock.Now()
+	errs, err := l.c.d.Renew(rctx, []driver.Lease{dl})
+	if err == nil && len(errs) == 1 {
+		err = errs[0]
+	} else if err == nil {
+		err = fmt.Errorf("driver returned %d results for 1 lease", len(errs))
+	}
+	if err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			l.lose(err)
+			return fmt.Errorf("dlock: extend %q: %w", l.name, ErrNotHeld)
+		}
+		return l.c.wrap("extend", l.name, rctx, err)
+	}
+	drift := l.c.opts.Drift
+	if drift == 0 {
+		drift = defaultDrift(ttl)
+	}
+	l.mu.Lock()
+	l.ttl, l.drift = ttl, drift
+	if l.autoRenew {
+		l.renewEvery = ttl / 3
+	}
+	l.confirmedLocked(sent)
+	l.mu.Unlock()
+	l.c.renew.poke()
+	return nil
+}
+
+// Unlock gives up the lease. It is owner-only: it never touches a lock that
+// another holder has taken since. After a successful Unlock the lock is free
+// at once (no lock-delay), Done is closed and Err returns ErrReleased. If the
+// lease had already ended (lost, released or closed), Unlock returns an error
+// wrapping ErrNotHeld and changes nothing on the server.
+//
+// Unlock runs on a context detached from ctx's cancellation, bounded by the
+// client's ReleaseTimeout, so a cancelled request never leaves a lock held
+// until its TTL. If the backend cannot be reached, the lease still ends
+// locally (renewal stops) and the lock expires by TTL.
+func (l *Lease) Unlock(ctx context.Context) error {
+	if !l.beginRelease() {
+		return fmt.Errorf("dlock: unlock %q: %w", l.name, ErrNotHeld)
+	}
+	rctx, cancel := l.c.detached(ctx)
+	defer cancel()
+	_, err := l.c.d.Release(rctx, l.driverLease())
+	switch {
+	case err == nil:
+		l.end(ErrReleased)
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		l.lose(err)
+		return fmt.Errorf("dlock: unlock %q: %w", l.name, ErrNotHeld)
+	default:
+		l.end(fmt.Errorf("%w (release failed, the lock will expire by TTL: %v)", ErrReleased, err))
+		return l.c.wrap("unlock", l.name, rctx, err)
+	}
+}
+
+// detached returns a context that keeps ctx's values but not its
+// cancellation, bounded by ReleaseTimeout.
+func (c *Client) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReleaseTimeout)
+}
+
+// beginRelease marks the lease as being released so renewal leaves it alone;
+// false if it has ended or is already being released.
+func (l *Lease) beginRelease() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil || l.releasing {
+		return false
+	}
+	l.releasing = true
+	return true
+}
+
+func (l *Lease) driverLease() driver.Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.driverLeaseLocked()
+}
+
+func (l *Lease) driverLeaseLocked() driver.Lease {
+	return driver.Lease{Name: l.name, Owner: l.owner, Token: l.token, Handle: l.handle, TTL: l.ttl, LockDelay: l.delay}
+}
+
+// confirmedLocked records a successful renewal whose request was sent at sent.
+func (l *Lease) confirmedLocked(sent time.Time) {
+	if l.err != nil {
+		return
+	}
+	valid := sent.Add(l.ttl - l.drift)
+	if valid.After(l.validUntil) {
+		l.validUntil = valid
+		l.lossTimer.Reset(valid.Sub(l.c.opts.Clock.Now()))
+	}
+	l.nextRenew = sent.Add(l.renewEvery)
+}
+
+// deadlinePassed runs when the local validity deadline passes.
+func (l *Lease) deadlinePassed() {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	left := l.validUntil.Sub(l.c.opts.Clock.Now())
+	if left > 0 { // extended after the timer fired
+		l.lossTimer.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(errors.New("validity deadline passed before renewal confirmed the lease"))
+}
+
+// lose ends the lease with ErrLeaseLost wrapping cause.
+func (l *Lease) lose(cause error) {
+	if l.end(&lostError{cause: cause}) {
+		l.c.log.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
+	}
+}
+
+// end finishes the lease once; it reports whether this call ended it.
+func (l *Lease) end(err error) bool {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return false
+	}
+	l.err = err
+	l.lossTimer.Stop()
+	l.mu.Unlock()
+	l.c.unregister(l)
+	l.cancel(err)
+	close(l.done)
+	return true
+}
+
+type lostError struct{ cause error }
+
+func (e *lostError) Error() string {
+	if e.cause == nil {
+		return ErrLeaseLost.Error()
+	}
+	return ErrLeaseLost.Error() + ": " + e.cause.Error()
+}
+
+func (e *lostError) Unwrap() []error { return []error{ErrLeaseLost, e.cause} }

@@ -1,0 +1,57 @@
+// Package sqlitelock is the dlock driver for an SQLite database file: the
+// embedded default, with nothing to install or run.
+//
+// Each lock is one row of a table (default "dlock_locks"):
+//
+//	name TEXT PRIMARY KEY, owner TEXT, count INTEGER, fence INTEGER,
+//	updated_at, lock_until, delay_until INTEGER  -- ms since the Unix epoch
+//
+// A grant is a single INSERT … ON CONFLICT DO UPDATE … WHERE … RETURNING
+// statement: it inserts the row (fence 1), or takes it over when it is free
+// (released, or past its expiry plus lock-delay) with fence+1, or re-enters
+// it when the same owner still holds it (count+1, same fence, TTL reset). A
+// release or renewal is a single UPDATE that checks name, owner and fence.
+// Every write is one statement, so SQLite takes its write lock before it reads
+// the row, and concurrent writers in several processes serialise on the
+// file's lock. Rows are never deleted, so the fence column never goes back.
+//
+// # Guarantees
+//
+//   - Mutual exclusion among live holders on one machine: every process that
+//     uses the lock must open the same file on a local filesystem. SQLite's
+//     locking is not reliable on network filesystems (NFS, SMB); do not put
+//     the file there.
+//   - Time is SQLite's clock, read inside the statement that decides (the
+//     host's wall clock, shared by every process on the machine). Go's clock
+//     is never compared with it. A step of the host's wall clock moves every
+//     expiry with it.
+//   - Fencing tokens are strictly increasing per name for the life of the
+//     file, including across holders that crashed: the fence column is
+//     incremented in the same statement that grants, and Open sets
+//     synchronous=FULL so a grant that returned survives a power loss.
+//   - A holder that dies without releasing loses the lock when its lease
+//     expires by SQLite's clock, plus its lock-delay. A release frees the
+//     lock at once, with no delay.
+//   - Release and renewal are owner-only: they match the row's owner and
+//     fence. A release by the owner whose lease has expired but has not been
+//     taken over yet succeeds (it frees the lock early); once anyone else has
+//     taken the lock, the fence differs and the release returns ErrNotHeld.
+//     A renewal never revives an expired lease.
+//
+// SQLite has no notification: waiters poll, and the dlock package bounds each
+// wait by the holder's remaining time, which TryAcquire reports in
+// driver.LockedError.RetryAfter.
+//
+// # URLs
+//
+// The package registers the scheme "sqlite" with dlock:
+//
+//	sqlite:///var/lib/app/locks.db        absolute path /var/lib/app/locks.db
+//	sqlite://locks/app.db                 relative path locks/app.db (from the working directory)
+//	sqlite:locks/app.db                   the same
+//	sqlite:///tmp/x.db?table=my_locks&busy_timeout=10s
+//
+// An empty host means the path is absolute; a non-empty host is the first
+// element of a relative path. Query parameters map one-to-one onto Options
+// (table, busy_timeout); any other parameter is refused.
+package sqlitelock

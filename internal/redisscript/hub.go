@@ -1,0 +1,242 @@
+package redisscript
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Hub multiplexes the release channels of many waiters over one pub/sub
+// connection to one server. Each channel is subscribed once per hub, when its
+// first waiter arrives, and unsubscribed when its last waiter leaves.
+//
+// A release message wakes one waiter of the hub, the one waiting longest
+// that has no wake-up pending: only one waiter can win the lock, so waking
+// every waiter of a process would only send them all to the server to lose.
+// A waiter that leaves with an unconsumed wake-up passes it on to the next.
+// Every process (hub) subscribed to the channel gets the message, so one
+// release wakes one waiter per process.
+//
+// A waiter is also woken, spuriously, whenever the server confirms its
+// channel's subscription (so a release that happened before the subscription
+// took effect is caught by one more attempt) and whenever the connection
+// fails (messages may have been lost while it was down).
+//
+// A Hub is safe for concurrent use.
+type Hub struct {
+	client redis.UniversalClient
+
+	opMu sync.Mutex // serialises SUBSCRIBE/UNSUBSCRIBE with the map updates
+	mu   sync.Mutex // guards the fields below
+	ps   *redis.PubSub
+	subs map[string][]*Sub // by channel, oldest first
+
+	closed bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the receive loop has exited
+}
+
+// Sub is one waiter's registration on a Hub.
+type Sub struct {
+	hub     *Hub
+	channel string
+	sig     chan struct{}
+	gone    bool // guarded by hub.mu
+}
+
+// NewHub returns a hub that opens its pub/sub connection from client on
+// first use. Close stops it; it never closes client.
+func NewHub(client redis.UniversalClient) *Hub {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Hub{client: client, subs: map[string][]*Sub{}, ctx: ctx, cancel: cancel}
+}
+
+var errHubClosed = errors.New("release notifications closed")
+
+// Subscribe registers a waiter on channel. Wake-ups are sent to sig without
+// blocking (sig should have a buffer of 1); several subscriptions may share
+// one sig. It returns once the SUBSCRIBE command is written, without waiting
+// for the server's confirmation (the confirmation wakes the waiter instead).
+func (h *Hub) Subscribe(ctx context.Context, channel string, sig chan struct{}) (*Sub, error) {
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, errHubClosed
+	}
+	if h.ps == nil {
+		h.ps = h.client.Subscribe(h.ctx)
+		h.done = make(chan struct{})
+		go h.receive(h.ps, h.done)
+	}
+	s := &Sub{hub: h, channel: channel, sig: sig}
+	first := len(h.subs[channel]) == 0
+	h.subs[channel] = append(h.subs[channel], s)
+	ps := h.ps
+	h.mu.Unlock()
+	if !first {
+		return s, nil
+	}
+	if err := ps.Subscribe(ctx, channel); err != nil {
+		h.mu.Lock()
+		h.remove(s)
+		last := len(h.subs[channel]) == 0
+		h.mu.Unlock()
+		if last {
+			// go-redis remembers the channel even when the write failed.
+			_ = ps.Unsubscribe(context.WithoutCancel(ctx), channel)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close removes the waiter. If passOn is true the waiter had an unconsumed
+// wake-up, which goes to the next waiter of the channel. Close is
+// idempotent.
+func (s *Sub) Close(passOn bool) {
+	h := s.hub
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	h.mu.Lock()
+	if s.gone {
+		h.mu.Unlock()
+		return
+	}
+	h.remove(s)
+	last := len(h.subs[s.channel]) == 0
+	if passOn && !last {
+		h.wakeOne(s.channel)
+	}
+	ps, closed := h.ps, h.closed
+	h.mu.Unlock()
+	if last && !closed && ps != nil {
+		// A failed write leaves the connection to be re-established without
+		// the channel, which is what we want.
+		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+		_ = ps.Unsubscribe(ctx, s.channel)
+		cancel()
+	}
+}
+
+// remove drops s from its channel's list. h.mu must be held.
+func (h *Hub) remove(s *Sub) {
+	s.gone = true
+	list := h.subs[s.channel]
+	for i, x := range list {
+		if x == s {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(h.subs, s.channel)
+	} else {
+		h.subs[s.channel] = list
+	}
+}
+
+// wakeOne wakes the oldest waiter on channel that has no wake-up pending.
+// h.mu must be held.
+func (h *Hub) wakeOne(channel string) {
+	for _, s := range h.subs[channel] {
+		select {
+		case s.sig <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+// wakeAll wakes every waiter on channel, or on every channel when channel is
+// empty. h.mu must be held.
+func (h *Hub) wakeAll(channel string) {
+	for ch, list := range h.subs {
+		if channel != "" && ch != channel {
+			continue
+		}
+		for _, s := range list {
+			select {
+			case s.sig <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// healthEvery is how often an idle pub/sub connection is pinged.
+const healthEvery = 15 * time.Second
+
+func (h *Hub) receive(ps *redis.PubSub, done chan struct{}) {
+	defer close(done)
+	backoff := 20 * time.Millisecond
+	for {
+		msg, err := ps.ReceiveTimeout(h.ctx, healthEvery)
+		if h.ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				_ = ps.Ping(h.ctx)
+				continue
+			}
+			// The connection failed; go-redis reconnects and resubscribes
+			// on the next receive. Anything published meanwhile is lost.
+			h.mu.Lock()
+			h.wakeAll("")
+			h.mu.Unlock()
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-h.ctx.Done():
+				t.Stop()
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 20 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Message:
+			h.mu.Lock()
+			h.wakeOne(m.Channel)
+			h.mu.Unlock()
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				h.mu.Lock()
+				h.wakeAll(m.Channel)
+				h.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Close stops the hub: it closes the pub/sub connection and waits for the
+// receive loop to exit. Waiters still registered get no more wake-ups.
+func (h *Hub) Close() error {
+	h.opMu.Lock()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.opMu.Unlock()
+		return nil
+	}
+	h.closed = true
+	ps, done := h.ps, h.done
+	h.mu.Unlock()
+	h.opMu.Unlock()
+	h.cancel()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-done
+	return err
+}

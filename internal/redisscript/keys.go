@@ -1,0 +1,109 @@
+// Package redisscript holds what the redislock and redlock drivers share: the
+// key layout, the Lua scripts that change a lock's state atomically on one
+// Redis server, batched renewal, inspection, and a pub/sub hub that
+// multiplexes release channels over one connection.
+//
+// No driver imports another driver; both import this package instead.
+//
+// # Key layout
+//
+// For a lock named N under the key prefix P (default "dlock:"):
+//
+//	P{E}        hash: owner, count, fence, exp (lease expiry, server ms), delay (ms)
+//	P{E}:fence  string: the fencing counter; survives release, never deleted
+//	P{E}:rel    pub/sub channel: a message is published on every release
+//
+// E is N itself when N contains no '{' or '}' and does not start with '~';
+// otherwise E is '~' followed by the unpadded URL-safe base64 of N. Either
+// way E contains no braces, so the hash tag of every key is exactly E: a
+// lock's keys share one Redis Cluster slot, and two different names never
+// map to the same keys (a plain E never starts with '~').
+package redisscript
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the key prefix used when none is configured.
+const DefaultPrefix = "dlock:"
+
+// Keys are the Redis keys and channel of one lock.
+type Keys struct {
+	Lock    string // the lock's hash
+	Fence   string // the fencing counter
+	Channel string // the release channel
+}
+
+// KeysFor returns the keys of the lock name under prefix.
+func KeysFor(prefix, name string) Keys {
+	var b strings.Builder
+	enc := encodeName(name)
+	b.Grow(len(prefix) + len(enc) + 2)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(enc)
+	b.WriteByte('}')
+	lock := b.String()
+	return Keys{Lock: lock, Fence: lock + ":fence", Channel: lock + ":rel"}
+}
+
+func encodeName(name string) string {
+	if strings.ContainsAny(name, "{}") || strings.HasPrefix(name, "~") {
+		return "~" + base64.RawURLEncoding.EncodeToString([]byte(name))
+	}
+	return name
+}
+
+// NameFromKey returns the lock name of a lock-hash or fence key under
+// prefix, and whether key is one. Channels and foreign keys return false.
+func NameFromKey(prefix, key string) (name string, fence, ok bool) {
+	rest, found := strings.CutPrefix(key, prefix)
+	if !found || !strings.HasPrefix(rest, "{") {
+		return "", false, false
+	}
+	end := strings.IndexByte(rest, '}')
+	if end < 0 {
+		return "", false, false
+	}
+	enc, tail := rest[1:end], rest[end+1:]
+	switch tail {
+	case "":
+	case ":fence":
+		fence = true
+	default:
+		return "", false, false
+	}
+	if enc == "" {
+		return "", false, false
+	}
+	if strings.HasPrefix(enc, "~") {
+		raw, err := base64.RawURLEncoding.DecodeString(enc[1:])
+		if err != nil {
+			return "", false, false
+		}
+		return string(raw), fence, true
+	}
+	return enc, fence, true
+}
+
+// CheckPrefix reports whether p can be used as a key prefix. A prefix must
+// not contain '{' or '}' (it would move every lock into one hash slot, or
+// break the slot of each) and must not contain glob characters, which
+// would make SCAN patterns ambiguous.
+func CheckPrefix(p string) error {
+	if strings.ContainsAny(p, "{}") {
+		return errors.New("key prefix must not contain '{' or '}'")
+	}
+	if strings.ContainsAny(p, "*?[]\\") {
+		return fmt.Errorf("key prefix %q must not contain glob characters *?[]\\", p)
+	}
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("key prefix %q must not contain control characters", p)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,703 @@
+// Package etcdlock is the dlock driver for etcd (v3 API).
+//
+// Import it for its side effect to make the etcd:// URL scheme available to
+// dlock.Open, or call New with a *clientv3.Client you configured yourself:
+//
+//	import _ "github.com/dlock/dlock/etcdlock"
+//	client, err := dlock.Open(ctx, "etcd://10.0.0.1:2379,10.0.0.2:2379")
+//
+// # How a lock works
+//
+// A driver owns one etcd lease (its session), granted on first use and kept
+// alive by the client library. Every lock the driver takes is a key
+//
+//	<prefix><name>/<lease ID in hex>-<hash of the owner>
+//
+// bound to that lease and put in a transaction that also reads the key with
+// the lowest create revision under <prefix><name>/. The key with the lowest
+// create revision holds the lock; the others are its queue, in arrival order.
+// A waiter watches only the key just before its own (no herd) and looks again
+// after that key is deleted. The fencing token is the key's create revision,
+// which etcd makes strictly increasing across the whole cluster.
+//
+// With an empty prefix this is the layout of etcd's own concurrency.Mutex and
+// of `etcdctl lock`: a dlock lock on name X and concurrency.NewMutex(s, "X")
+// exclude each other. Names containing '/' or '%' have those bytes escaped
+// (%2F, %25) so that the lock "a" never sees the keys of the lock "a/b"; a
+// foreign client must use the escaped form to share such a name.
+//
+// # Sessions, TTL and loss
+//
+// A grant lives as long as the driver's lease. Grant.TTL reports the lease's
+// TTL (Options.SessionTTL), whatever TTL the request asked for: one lease is
+// shared by every lock of the driver, so its TTL cannot vary per lock. When
+// the lease ends (it expired because keepalives failed, or it was revoked),
+// the Lost channel of every grant on it closes with a cause wrapping
+// driver.ErrSessionLost, and a waiter whose lease ends while waiting returns
+// an error at once rather than waiting on a key that no longer exists (etcd
+// issue 19597). Later locks get a new lease.
+//
+// Release deletes the key only if its create revision still equals the
+// grant's token, so a retried or stale release can never delete a newer
+// holder's key (etcd issue 22082). A cancelled or failed Acquire deletes its
+// own queue key before it returns.
+//
+// Re-entrance is per driver: the same owner taking the same name again on the
+// same driver increments a hold count kept by the driver. The same owner
+// string used through another driver (another process) has another lease,
+// hence another key, and queues like any other owner.
+//
+// Lock-delay is not supported: a request with LockDelay > 0 fails with
+// driver.ErrUnsupported.
+//
+// # Guarantees
+//
+// Mutual exclusion holds as far as etcd's linearizable reads and writes do:
+// every decision is made on a quorum-committed revision. A holder cut off from
+// the cluster keeps believing it holds the lock until its lease deadline
+// passes locally; the dlock package's validity deadline and the fencing token
+// cover that window.
+package etcdlock
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// DefaultSessionTTL is the TTL of a driver's etcd lease when
+// Options.SessionTTL is zero.
+const DefaultSessionTTL = 10 * time.Second
+
+// maxTxnOps is etcd's default limit on operations in one transaction.
+const maxTxnOps = 128
+
+// cleanupTimeout bounds the detached deletes that run after a failed or
+// cancelled acquire and in Release.
+const cleanupTimeout = 5 * time.Second
+
+// Options configure a Driver. The zero value (or nil) gives the defaults.
+type Options struct {
+	// Prefix is prepended verbatim to every lock name to form the key prefix
+	// of its queue, e.g. "/locks/". Default "": the layout of etcd's
+	// concurrency.Mutex and `etcdctl lock`. URL: the path after the hosts,
+	// without its leading '/'.
+	Prefix string
+	// SessionTTL is the TTL of the driver's lease, rounded up to whole
+	// seconds. The server raises it to its own minimum (1.5 election
+	// timeouts, 2s with etcd's default settings). Default DefaultSessionTTL.
+	// URL: session_ttl.
+	SessionTTL time.Duration
+}
+
+// Driver is a dlock driver over an etcd client. It implements driver.Driver
+// and driver.Queuer. It is safe for concurrent use. Create it with New.
+type Driver struct {
+	cli        *clientv3.Client
+	ownsClient bool
+	prefix     string
+	ttlSeconds int64
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	smu  sync.Mutex // serialises lease grants
+	sess *session   // the current lease, nil until first use or after loss
+
+	mu    sync.Mutex
+	holds map[holdKey]*hold
+}
+
+var (
+	_ driver.Driver = (*Driver)(nil)
+	_ driver.Queuer = (*Driver)(nil)
+)
+
+// session is one etcd lease. done closes when the lease is gone.
+type session struct {
+	id   clientv3.LeaseID
+	ttl  time.Duration
+	done chan struct{}
+	err  error // set before done closes
+}
+
+func (s *session) lost() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *session) cause() error { return s.err }
+
+type holdKey struct{ name, owner string }
+
+// hold is the driver's local record of one (name, owner) grant.
+type hold struct {
+	h       *handle
+	count   int
+	pending chan struct{} // non-nil while an acquire is in flight; closed when it ends
+}
+
+// handle is the Grant.Handle of this driver.
+type handle struct {
+	key  string
+	rev  int64
+	sess *session
+}
+
+// New returns a driver over cli. The driver does not close cli: Close stops
+// only what the driver started (its lease keepalive) and revokes its lease.
+// opts may be nil.
+func New(cli *clientv3.Client, opts *Options) (*Driver, error) {
+	if cli == nil {
+		return nil, errors.New("etcdlock: New: client is nil")
+	}
+	return newDriver(cli, false, opts)
+}
+
+func newDriver(cli *clientv3.Client, owns bool, opts *Options) (*Driver, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.SessionTTL < 0 {
+		return nil, fmt.Errorf("etcdlock: SessionTTL %v is negative", o.SessionTTL)
+	}
+	if o.SessionTTL == 0 {
+		o.SessionTTL = DefaultSessionTTL
+	}
+	secs := int64((o.SessionTTL + time.Second - 1) / time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Driver{
+		cli:        cli,
+		ownsClient: owns,
+		prefix:     o.Prefix,
+		ttlSeconds: secs,
+		ctx:        ctx,
+		cancel:     cancel,
+		holds:      map[holdKey]*hold{},
+	}, nil
+}
+
+// escapeName maps a lock name onto one path segment of the key space.
+func escapeName(name string) string {
+	if !strings.ContainsAny(name, "%/") {
+		return name
+	}
+	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
+}
+
+// queuePrefix is the key prefix under which name's queue lives.
+func (d *Driver) queuePrefix(name string) string {
+	return d.prefix + escapeName(name) + "/"
+}
+
+// keyFor is the queue key of owner on name under lease id.
+func (d *Driver) keyFor(name, owner string, id clientv3.LeaseID) string {
+	sum := sha256.Sum256([]byte(owner))
+	return fmt.Sprintf("%s%x-%s", d.queuePrefix(name), int64(id), hex.EncodeToString(sum[:8]))
+}
+
+// session returns the live lease, granting one if there is none.
+func (d *Driver) session(ctx context.Context) (*session, error) {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	if d.sess != nil && !d.sess.lost() {
+		return d.sess, nil
+	}
+	if err := d.ctx.Err(); err != nil {
+		return nil, errors.New("etcdlock: driver is closed")
+	}
+	resp, err := d.cli.Grant(ctx, d.ttlSeconds)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: grant lease: %w", err)
+	}
+	kach, err := d.cli.KeepAlive(d.ctx, resp.ID)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: keep lease %x alive: %w", int64(resp.ID), err)
+	}
+	s := &session{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, done: make(chan struct{})}
+	d.sess = s
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for range kach {
+		}
+		// The channel closes when the lease expires or is revoked, when its
+		// keepalives have failed for a whole TTL, or when the driver stops.
+		if d.ctx.Err() != nil {
+			s.err = fmt.Errorf("etcdlock: lease %x: driver closed: %w", int64(s.id), driver.ErrSessionLost)
+		} else {
+			s.err = fmt.Errorf("etcdlock: lease %x expired or was revoked: %w", int64(s.id), driver.ErrSessionLost)
+		}
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// TryAcquire implements driver.Driver: one transaction that enqueues the
+// request and reads the head of the queue; when the request is not at the
+// head its key is deleted again and a *driver.LockedError returned.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.acquire(ctx, req, false)
+}
+
+// Acquire implements driver.Queuer: it enqueues the request and waits, watching
+// only the key just before its own, until it reaches the head of the queue.
+// On any error, including ctx being done or the lease ending while waiting, it
+// deletes its key before returning.
+func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.acquire(ctx, req, true)
+}
+
+func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
+	if req.LockDelay > 0 {
+		return driver.Grant{}, fmt.Errorf("etcdlock: lock-delay: %w", driver.ErrUnsupported)
+	}
+	hk := holdKey{req.Name, req.Owner}
+	for {
+		d.mu.Lock()
+		h := d.holds[hk]
+		if h == nil {
+			h = &hold{pending: make(chan struct{})}
+			d.holds[hk] = h
+			d.mu.Unlock()
+			g, err := d.enqueue(ctx, req, wait)
+			d.mu.Lock()
+			if err != nil {
+				delete(d.holds, hk)
+			} else {
+				h.h, h.count = g.Handle.(*handle), 1
+			}
+			close(h.pending)
+			h.pending = nil
+			d.mu.Unlock()
+			return g, err
+		}
+		if p := h.pending; p != nil {
+			// The same owner is acquiring the same name already: wait for
+			// that attempt, then re-enter or start afresh.
+			d.mu.Unlock()
+			if !wait {
+				return driver.Grant{}, &driver.LockedError{}
+			}
+			select {
+			case <-p:
+				continue
+			case <-ctx.Done():
+				return driver.Grant{}, fmt.Errorf("etcdlock: acquire: %w", ctx.Err())
+			}
+		}
+		hd := h.h
+		d.mu.Unlock()
+		// Re-entrance: make sure the key is still ours before counting.
+		ok, err := d.stillHeld(ctx, hd)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		d.mu.Lock()
+		if d.holds[hk] != h || h.pending != nil || h.h != hd {
+			d.mu.Unlock()
+			continue // released or replaced meanwhile
+		}
+		if !ok {
+			delete(d.holds, hk) // lost: the old lease will see ErrNotHeld
+			d.mu.Unlock()
+			continue
+		}
+		h.count++
+		n := h.count
+		d.mu.Unlock()
+		return d.grant(hd, n), nil
+	}
+}
+
+func (d *Driver) grant(h *handle, count int) driver.Grant {
+	return driver.Grant{
+		Token:  uint64(h.rev),
+		Count:  count,
+		TTL:    h.sess.ttl,
+		Handle: h,
+		Lost:   h.sess.done,
+		Cause:  h.sess.cause,
+	}
+}
+
+// stillHeld reports whether h's key exists with h's create revision.
+func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, error) {
+	if h.sess.lost() {
+		return false, nil
+	}
+	resp, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("etcdlock: check key: %w", err)
+	}
+	return resp.Succeeded, nil
+}
+
+// enqueue puts the request's key and, when wait is set, waits for its turn.
+func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
+	sess, err := d.session(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	key := d.keyFor(req.Name, req.Owner, sess.id)
+	pfx := d.queuePrefix(req.Name)
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, req.Owner, clientv3.WithLease(sess.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Else(clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+		Commit()
+	if err != nil {
+		// The put may have happened: remove whatever is there.
+		d.discard(key, 0)
+		return driver.Grant{}, wrapCtx(ctx, "etcdlock: enqueue", err)
+	}
+	var rev int64
+	if resp.Succeeded {
+		rev = resp.Header.Revision
+	} else {
+		// Our key exists already: a put whose reply was lost, with this
+		// driver's lease and this owner. Adopt it.
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || string(kvs[0].Value) != req.Owner {
+			return driver.Grant{}, fmt.Errorf("etcdlock: key %q exists with another owner", key)
+		}
+		rev = kvs[0].CreateRevision
+	}
+	h := &handle{key: key, rev: rev, sess: sess}
+	head := resp.Responses[1].GetResponseRange().Kvs
+	if len(head) == 0 || head[0].CreateRevision == rev {
+		return d.grant(h, 1), nil
+	}
+	if !wait {
+		d.discard(key, rev)
+		return driver.Grant{}, &driver.LockedError{}
+	}
+	if err := d.waitTurn(ctx, h, pfx); err != nil {
+		d.discard(key, rev)
+		return driver.Grant{}, err
+	}
+	return d.grant(h, 1), nil
+}
+
+// waitTurn waits until no key older than h's remains under pfx.
+func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx string) error {
+	for {
+		resp, err := d.cli.Txn(ctx).Then(
+			clientv3.OpGet(h.key, clientv3.WithKeysOnly()),
+			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(h.rev-1), clientv3.WithKeysOnly())...),
+		).Commit()
+		if err != nil {
+			return wrapCtx(ctx, "etcdlock: wait", err)
+		}
+		own := resp.Responses[0].GetResponseRange().Kvs
+		if len(own) == 0 || own[0].CreateRevision != h.rev {
+			if h.sess.lost() {
+				return fmt.Errorf("etcdlock: while waiting: %w", h.sess.cause())
+			}
+			return fmt.Errorf("etcdlock: queue key %q was deleted while waiting: %w", h.key, driver.ErrSessionLost)
+		}
+		prev := resp.Responses[1].GetResponseRange().Kvs
+		if len(prev) == 0 {
+			return nil
+		}
+		if err := d.waitDelete(ctx, h.sess, string(prev[0].Key), resp.Header.Revision+1); err != nil {
+			return err
+		}
+	}
+}
+
+// waitDelete watches key from revision rev until it is deleted.
+func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := d.cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				if ctx.Err() != nil {
+					return fmt.Errorf("etcdlock: wait: %w", ctx.Err())
+				}
+				if d.ctx.Err() != nil {
+					return errors.New("etcdlock: driver is closed")
+				}
+				return nil // the watch ended: look again
+			}
+			if err := wr.Err(); err != nil {
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					return nil // look again
+				}
+				return fmt.Errorf("etcdlock: watch %q: %w", key, err)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		case <-sess.done:
+			return fmt.Errorf("etcdlock: while waiting: %w", sess.cause())
+		case <-ctx.Done():
+			return fmt.Errorf("etcdlock: wait: %w", ctx.Err())
+		case <-d.ctx.Done():
+			return errors.New("etcdlock: driver is closed")
+		}
+	}
+}
+
+// discard deletes key (if its create revision is rev, or whatever version is
+// there when rev is 0 and no local hold uses it) on a detached context. When
+// that fails it keeps trying in the background while the lease lives, so an
+// error path never leaves a live key blocking the queue.
+func (d *Driver) discard(key string, rev int64) {
+	if d.tryDiscard(key, rev) == nil {
+		return
+	}
+	sess := d.currentSession()
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		delay := 50 * time.Millisecond
+		for {
+			select {
+			case <-d.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			if sess != nil && sess.lost() {
+				return // the key went with the lease
+			}
+			if d.tryDiscard(key, rev) == nil {
+				return
+			}
+			delay = min(2*delay, 2*time.Second)
+		}
+	}()
+}
+
+func (d *Driver) currentSession() *session {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.sess
+}
+
+func (d *Driver) tryDiscard(key string, rev int64) error {
+	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+	defer cancel()
+	if rev == 0 {
+		resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		rev = resp.Kvs[0].CreateRevision
+		if d.inUse(key, rev) {
+			return nil
+		}
+	}
+	_, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	return err
+}
+
+// inUse reports whether a local hold or a pending acquire may own key.
+func (d *Driver) inUse(key string, rev int64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, h := range d.holds {
+		if h.pending != nil || (h.h != nil && h.h.key == key && h.h.rev == rev) {
+			return true
+		}
+	}
+	return false
+}
+
+// Release implements driver.Driver. The last release deletes the key in a
+// transaction guarded by its create revision, so it never deletes a newer
+// holder's key.
+func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
+	hd, ok := l.Handle.(*handle)
+	if !ok || hd == nil {
+		return 0, fmt.Errorf("etcdlock: release: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
+	}
+	hk := holdKey{l.Name, l.Owner}
+	d.mu.Lock()
+	h := d.holds[hk]
+	if h != nil && h.pending == nil && h.h == hd && h.count > 1 {
+		h.count--
+		n := h.count
+		d.mu.Unlock()
+		ok, err := d.stillHeld(ctx, hd)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			d.forget(hk, hd)
+			return 0, fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld)
+		}
+		return n, nil
+	}
+	if h != nil && h.pending == nil && h.h == hd {
+		delete(d.holds, hk)
+	}
+	d.mu.Unlock()
+	resp, err := d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", hd.rev)).
+		Then(clientv3.OpDelete(hd.key)).
+		Commit()
+	if err != nil {
+		return 0, wrapCtx(ctx, "etcdlock: release", err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("etcdlock: key %q with revision %d is gone: %w", hd.key, hd.rev, driver.ErrNotHeld)
+	}
+	return 0, nil
+}
+
+func (d *Driver) forget(hk holdKey, hd *handle) {
+	d.mu.Lock()
+	if h := d.holds[hk]; h != nil && h.h == hd {
+		delete(d.holds, hk)
+	}
+	d.mu.Unlock()
+}
+
+// Renew implements driver.Driver. The lease is kept alive by the client
+// library; Renew proves it alive and every key still in place with one
+// KeepAliveOnce per lease in the batch and one read-only transaction per 128
+// keys, all sent at once (one round trip of latency).
+func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	errs := make([]error, len(ls))
+	hds := make([]*handle, len(ls))
+	sessions := map[*session]error{}
+	var live []int
+	for i, l := range ls {
+		hd, ok := l.Handle.(*handle)
+		if !ok || hd == nil {
+			errs[i] = fmt.Errorf("etcdlock: renew: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
+			continue
+		}
+		hds[i] = hd
+		if hd.sess.lost() {
+			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, hd.sess.cause())
+			continue
+		}
+		sessions[hd.sess] = nil
+		live = append(live, i)
+	}
+	if len(live) == 0 {
+		return errs, nil
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	list := make([]*session, 0, len(sessions))
+	for s := range sessions {
+		list = append(list, s)
+	}
+	for _, s := range list {
+		wg.Go(func() {
+			_, err := d.cli.KeepAliveOnce(ctx, s.id)
+			mu.Lock()
+			sessions[s] = err
+			mu.Unlock()
+		})
+	}
+	type chunk struct {
+		idx  []int
+		resp *clientv3.TxnResponse
+		err  error
+	}
+	var chunks []*chunk
+	for start := 0; start < len(live); start += maxTxnOps {
+		c := &chunk{idx: live[start:min(start+maxTxnOps, len(live))]}
+		chunks = append(chunks, c)
+		ops := make([]clientv3.Op, len(c.idx))
+		for j, i := range c.idx {
+			ops[j] = clientv3.OpGet(hds[i].key, clientv3.WithKeysOnly())
+		}
+		wg.Go(func() { c.resp, c.err = d.cli.Txn(ctx).Then(ops...).Commit() })
+	}
+	wg.Wait()
+	failed := 0
+	var firstErr error
+	for _, c := range chunks {
+		for j, i := range c.idx {
+			hd := hds[i]
+			serr := sessions[hd.sess]
+			switch {
+			case serr != nil && errors.Is(serr, rpctypes.ErrLeaseNotFound):
+				errs[i] = fmt.Errorf("etcdlock: lease %x not found: %w: %w", int64(hd.sess.id), driver.ErrNotHeld, driver.ErrSessionLost)
+			case c.err != nil:
+				errs[i] = fmt.Errorf("etcdlock: renew: %w", c.err)
+				failed++
+				firstErr = c.err
+			case !present(c.resp.Responses[j].GetResponseRange().Kvs, hd.rev):
+				errs[i] = fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld)
+			case serr != nil:
+				errs[i] = fmt.Errorf("etcdlock: keep lease alive: %w", serr)
+				failed++
+				firstErr = serr
+			}
+		}
+	}
+	if failed == len(ls) {
+		return nil, wrapCtx(ctx, "etcdlock: renew", firstErr)
+	}
+	return errs, nil
+}
+
+func present(kvs []*mvccpb.KeyValue, rev int64) bool {
+	return len(kvs) == 1 && kvs[0].CreateRevision == rev
+}
+
+// Close implements driver.Driver: it stops the lease keepalive and revokes the
+// lease, which deletes any key still bound to it. It closes the etcd client
+// only when the driver opened it (through a URL).
+func (d *Driver) Close() error {
+	d.stop()
+	var err error
+	if s := d.currentSession(); s != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		if _, rerr := d.cli.Revoke(ctx, s.id); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
+			err = fmt.Errorf("etcdlock: revoke lease %x: %w", int64(s.id), rerr)
+		}
+		cancel()
+	}
+	if d.ownsClient {
+		if cerr := d.cli.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// stop ends the driver's background work without revoking anything.
+func (d *Driver) stop() {
+	d.cancel()
+	d.wg.Wait()
+}
+
+// wrapCtx returns an error wrapping ctx.Err() when ctx is done, else err.
+func wrapCtx(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %w (%v)", what, cerr, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

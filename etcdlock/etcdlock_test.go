@@ -1,0 +1,522 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
+)
+
+// shared is one single-member etcd for the tests that do not break servers.
+var shared *testserver.Cluster
+
+func TestMain(m *testing.M) {
+	var err error
+	shared, err = testserver.StartEtcd(1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcdlock tests: cannot start etcd:", err)
+		os.Exit(1)
+	}
+	code := 0
+	func() {
+		defer shared.Stop()
+		// goleak.VerifyTestMain calls os.Exit; run the check by hand so
+		// the server is stopped first.
+		code = m.Run()
+	}()
+	if code == 0 {
+		if err := goleak.Find(goleakOptions()...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func goleakOptions() []goleak.Option {
+	return []goleak.Option{
+		// grpc-go's resolver and balancer goroutines finish shortly after
+		// ClientConn.Close returns; goleak.Find retries until they do.
+		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
+	}
+}
+
+func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func newTestDriver(t testing.TB, cli *clientv3.Client, opts *Options) *Driver {
+	t.Helper()
+	if opts == nil {
+		opts = &Options{SessionTTL: 2 * time.Second}
+	}
+	d, err := New(cli, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func req(name, owner string) driver.AcquireRequest {
+	return driver.AcquireRequest{Name: name, Owner: owner, TTL: time.Second}
+}
+
+func lease(name, owner string, g driver.Grant) driver.Lease {
+	return driver.Lease{Name: name, Owner: owner, Token: g.Token, Handle: g.Handle, TTL: g.TTL}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// keys lists the keys under prefix.
+func keys(t testing.TB, cli *clientv3.Client, prefix string) []string {
+	t.Helper()
+	resp, err := cli.Get(ctxT(t, 5*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ks []string
+	for _, kv := range resp.Kvs {
+		ks = append(ks, string(kv.Key))
+	}
+	return ks
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not true within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTryAcquireExcludesAndTokensIncrease(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, req("t1", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ga.Count != 1 || ga.Token == 0 || ga.TTL != 2*time.Second || ga.Lost == nil {
+		t.Fatalf("grant = %+v", ga)
+	}
+	_, err = b.TryAcquire(ctx, req("t1", "B"))
+	var le *driver.LockedError
+	if !errors.As(err, &le) || !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("second TryAcquire: %v, want LockedError", err)
+	}
+	if ks := keys(t, cli, "t1/"); len(ks) != 1 {
+		t.Fatalf("keys after failed TryAcquire: %q, want only the holder's", ks)
+	}
+	if n, err := a.Release(ctx, lease("t1", "A", ga)); err != nil || n != 0 {
+		t.Fatalf("Release = %d, %v", n, err)
+	}
+	gb, err := b.TryAcquire(ctx, req("t1", "B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gb.Token <= ga.Token {
+		t.Fatalf("token %d after %d: not increasing", gb.Token, ga.Token)
+	}
+	// A stale release of A's grant must not touch B's key (etcd #22082).
+	if _, err := a.Release(ctx, lease("t1", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("stale Release: %v, want ErrNotHeld", err)
+	}
+	if errs, err := b.Renew(ctx, []driver.Lease{lease("t1", "B", gb)}); err != nil || errs[0] != nil {
+		t.Fatalf("B's grant after a stale release: %v %v", errs, err)
+	}
+}
+
+func TestSameDriverDifferentOwnersExclude(t *testing.T) {
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	g, err := d.TryAcquire(ctx, req("t2", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquire(ctx, req("t2", "B")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("other owner on the same driver: %v, want ErrLocked", err)
+	}
+	if _, err := d.Release(ctx, lease("t2", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReentrance(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	d := newTestDriver(t, cli, nil)
+	ctx := ctxT(t, 10*time.Second)
+	g1, err := d.TryAcquire(ctx, req("t3", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.Acquire(ctx, req("t3", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Count != 2 || g2.Token != g1.Token {
+		t.Fatalf("re-entry grant %+v after %+v", g2, g1)
+	}
+	if n, err := d.Release(ctx, lease("t3", "A", g2)); err != nil || n != 1 {
+		t.Fatalf("first Release = %d, %v; want 1", n, err)
+	}
+	if len(keys(t, cli, "t3/")) != 1 {
+		t.Fatal("key gone while a hold remains")
+	}
+	if n, err := d.Release(ctx, lease("t3", "A", g1)); err != nil || n != 0 {
+		t.Fatalf("second Release = %d, %v; want 0", n, err)
+	}
+	if ks := keys(t, cli, "t3/"); len(ks) != 0 {
+		t.Fatalf("keys left: %q", ks)
+	}
+}
+
+func TestAcquireQueuesInOrder(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	a := newTestDriver(t, cli, nil)
+	ctx := ctxT(t, 20*time.Second)
+	ga, err := a.TryAcquire(ctx, req("t4", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who string
+		g   driver.Grant
+		err error
+	}
+	got := make(chan result, 2)
+	for i, who := range []string{"B", "C"} {
+		d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+		go func() {
+			g, err := d.Acquire(ctx, req("t4", who))
+			got <- result{who, g, err}
+			if err == nil {
+				d.Release(context.Background(), lease("t4", who, g))
+			}
+		}()
+		// Wait until this waiter's key is queued, so the order is B, C.
+		eventually(t, 5*time.Second, who+" queued", func() bool { return len(keys(t, cli, "t4/")) == i+2 })
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("%s acquired while A holds: %v", r.who, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := a.Release(ctx, lease("t4", "A", ga)); err != nil {
+		t.Fatal(err)
+	}
+	prev := ga.Token
+	for _, want := range []string{"B", "C"} {
+		r := <-got
+		if r.err != nil || r.who != want {
+			t.Fatalf("got %s (%v), want %s", r.who, r.err, want)
+		}
+		if r.g.Token <= prev {
+			t.Fatalf("token %d not above %d", r.g.Token, prev)
+		}
+		prev = r.g.Token
+	}
+}
+
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, req("t5", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(wctx, req("t5", "B"))
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "t5/")) == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
+	}
+	if ks := keys(t, cli, "t5/"); len(ks) != 1 {
+		t.Fatalf("keys after cancel: %q, want only A's", ks)
+	}
+	a.Release(ctx, lease("t5", "A", ga))
+}
+
+func TestRenewFindsDeletedKey(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	d := newTestDriver(t, cli, nil)
+	ctx := ctxT(t, 10*time.Second)
+	g1, err := d.TryAcquire(ctx, req("t6a", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquire(ctx, req("t6b", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, "t6a/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	errs, err := d.Renew(ctx, []driver.Lease{lease("t6a", "A", g1), lease("t6b", "A", g2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs[0], driver.ErrNotHeld) || errs[1] != nil {
+		t.Fatalf("Renew errs = %v, want [ErrNotHeld nil]", errs)
+	}
+}
+
+func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 20*time.Second)
+	ga, err := a.TryAcquire(ctx, req("t7", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, req("t7", "B"))
+		wait <- err
+	}()
+	eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "t7/")) == 2 })
+	// B's lease ends while it waits (etcd #19597): B must stop with an error.
+	if _, err := cli.Revoke(ctx, b.currentSession().id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wait:
+		if !errors.Is(err, driver.ErrSessionLost) {
+			t.Fatalf("waiter whose lease ended: %v, want ErrSessionLost", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter kept waiting after its lease ended")
+	}
+	// A's lease ends: its grant's Lost closes with ErrSessionLost.
+	if _, err := cli.Revoke(ctx, a.currentSession().id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ga.Lost:
+		if !errors.Is(ga.Cause(), driver.ErrSessionLost) {
+			t.Fatalf("Cause = %v", ga.Cause())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost not closed after the lease was revoked")
+	}
+	errs, err := a.Renew(ctx, []driver.Lease{lease("t7", "A", ga)})
+	if err != nil || !errors.Is(errs[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew after loss: %v %v", errs, err)
+	}
+	// A new lease serves later locks.
+	g2, err := a.TryAcquire(ctx, req("t7", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Token <= ga.Token {
+		t.Fatalf("token %d after %d", g2.Token, ga.Token)
+	}
+	a.Release(ctx, lease("t7", "A", g2))
+}
+
+func TestLockDelayUnsupported(t *testing.T) {
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	r := req("t8", "A")
+	r.LockDelay = time.Second
+	if _, err := d.TryAcquire(ctxT(t, 5*time.Second), r); !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("LockDelay: %v, want ErrUnsupported", err)
+	}
+}
+
+func TestNamesDoNotCollide(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := a.TryAcquire(ctx, req("t9/x", "A")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"t9", "t9%2Fx", "t9/x/y"} {
+		if _, err := b.TryAcquire(ctx, req(name, "B")); err != nil {
+			t.Fatalf("TryAcquire %q while %q is held: %v", name, "t9/x", err)
+		}
+	}
+}
+
+// TestInteropWithConcurrencyMutex shows that a dlock lock and etcd's own
+// concurrency.Mutex on the same name (empty prefix) exclude each other.
+func TestInteropWithConcurrencyMutex(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 20*time.Second)
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := concurrency.NewMutex(s, "interop")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquire(ctx, req("interop", "A")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("dlock TryAcquire while concurrency.Mutex holds: %v, want ErrLocked", err)
+	}
+	var acquired atomic.Bool
+	done := make(chan driver.Grant, 1)
+	go func() {
+		g, err := d.Acquire(ctx, req("interop", "A"))
+		if err != nil {
+			t.Error(err)
+		}
+		acquired.Store(true)
+		done <- g
+	}()
+	eventually(t, 5*time.Second, "dlock queued", func() bool { return len(keys(t, cli, "interop/")) == 2 })
+	if acquired.Load() {
+		t.Fatal("dlock acquired while concurrency.Mutex holds")
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := <-done
+	if err := m.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
+		t.Fatalf("concurrency.Mutex TryLock while dlock holds: %v, want ErrLocked", err)
+	}
+	if g.Token <= uint64(m.Header().Revision) {
+		t.Fatalf("dlock token %d not above the mutex's revision %d", g.Token, m.Header().Revision)
+	}
+	if _, err := d.Release(ctx, lease("interop", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.Unlock(ctx)
+}
+
+func TestCloseRevokesLease(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	d, err := New(newClient(t, shared.Endpoints()), &Options{SessionTTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := d.TryAcquire(ctx, req("t10", "A")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ks := keys(t, cli, "t10/"); len(ks) != 0 {
+		t.Fatalf("keys after Close: %q", ks)
+	}
+}
+
+func TestPrefix(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	d := newTestDriver(t, cli, &Options{Prefix: "/app/locks/", SessionTTL: 2 * time.Second})
+	if _, err := d.TryAcquire(ctxT(t, 5*time.Second), req("p", "A")); err != nil {
+		t.Fatal(err)
+	}
+	if ks := keys(t, cli, "/app/locks/p/"); len(ks) != 1 {
+		t.Fatalf("keys under the prefix: %q", ks)
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	if _, err := New(nil, nil); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+	if _, err := New(&clientv3.Client{}, &Options{SessionTTL: -time.Second}); err == nil || !strings.Contains(err.Error(), "SessionTTL") {
+		t.Fatalf("negative SessionTTL: %v", err)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url, err string
+		check    func(clientv3.Config, *Options) bool
+	}{
+		{url: "etcd://a:1,b:2", check: func(c clientv3.Config, o *Options) bool {
+			return strings.Join(c.Endpoints, ",") == "a:1,b:2" && o.Prefix == "" && c.TLS == nil
+		}},
+		{url: "etcd://a/locks/?session_ttl=15s", check: func(c clientv3.Config, o *Options) bool {
+			return c.Endpoints[0] == "a:2379" && o.Prefix == "locks/" && o.SessionTTL == 15*time.Second
+		}},
+		{url: "etcd://a//locks/", check: func(c clientv3.Config, o *Options) bool { return o.Prefix == "/locks/" }},
+		{url: "etcd://u:s3cret@a?tls=true&server_name=x", check: func(c clientv3.Config, o *Options) bool {
+			return c.Username == "u" && c.Password == "s3cret" && c.TLS != nil && c.TLS.ServerName == "x"
+		}},
+		{url: "etcd://u:s3cret@a?bogus=1", err: `unknown url parameter "bogus"`},
+		{url: "etcd://a?session_ttl=-1s", err: "session_ttl"},
+		{url: "etcd://a?cert_file=x", err: "together"},
+		{url: "etcd://u:s3cret@a?ca_file=/nonexistent", err: "ca_file"},
+		{url: "etcd:///x", err: "no hosts"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, o, err := parseURL(u)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want %q", tc.url, err, tc.err)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("%s: error shows the password: %v", tc.url, err)
+			}
+			continue
+		}
+		if err != nil || !tc.check(c, o) {
+			t.Errorf("%s: %+v %+v %v", tc.url, c, o, err)
+		}
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	u, _ := url.Parse("etcd://" + strings.Join(shared.Endpoints(), ",") + "/openurl/?session_ttl=2s")
+	d, err := OpenURL(ctxT(t, 10*time.Second), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	g, err := d.TryAcquire(ctxT(t, 5*time.Second), req("x", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Release(ctxT(t, 5*time.Second), lease("x", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := url.Parse("etcd://127.0.0.1:1?dial_timeout=300ms")
+	if _, err := OpenURL(ctxT(t, 5*time.Second), bad); err == nil {
+		t.Fatal("OpenURL to a closed port succeeded")
+	}
+}

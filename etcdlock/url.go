@@ -1,0 +1,146 @@
+package etcdlock
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+)
+
+// DefaultDialTimeout bounds the connection attempt of a driver opened from a
+// URL when dial_timeout is not given.
+const DefaultDialTimeout = 5 * time.Second
+
+func init() {
+	dlock.Register("etcd", OpenURL)
+}
+
+// OpenURL opens a driver from a URL of the form
+//
+//	etcd://[user:password@]host1:2379,host2:2379[/prefix][?param=value&…]
+//
+// with its own etcd client, which the driver's Close closes. The path after
+// the hosts, without its leading '/', is Options.Prefix (write
+// etcd://h//locks/ for the prefix "/locks/"). User and password, when given,
+// authenticate with etcd's user/role auth. Parameters:
+//
+//	session_ttl   Options.SessionTTL (a Go duration, e.g. 15s)
+//	dial_timeout  how long to wait for a connection (default 5s)
+//	tls           true to use TLS with the system's roots
+//	ca_file       PEM file of the CA to trust (implies tls)
+//	cert_file     PEM client certificate (with key_file; implies tls)
+//	key_file      PEM client key
+//	server_name   the name to verify in the server's certificate
+//
+// dlock.Open calls it for the etcd scheme. Errors never contain the password.
+func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
+	cfg, opts, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	// Fail at Open rather than at the first lock when no member answers.
+	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := cli.Get(pctx, "\x00dlock-ping", clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	return newDriver(cli, true, opts)
+}
+
+func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
+	cfg := clientv3.Config{DialTimeout: DefaultDialTimeout, Logger: zap.NewNop()}
+	opts := &Options{}
+	if u.Host == "" {
+		return cfg, nil, errors.New("etcdlock: url has no hosts (want etcd://host:2379[,host:2379…][/prefix])")
+	}
+	for _, h := range strings.Split(u.Host, ",") {
+		if h == "" {
+			return cfg, nil, errors.New("etcdlock: url has an empty host in its host list")
+		}
+		if !strings.Contains(h, ":") {
+			h += ":2379"
+		}
+		cfg.Endpoints = append(cfg.Endpoints, h)
+	}
+	opts.Prefix = strings.TrimPrefix(u.Path, "/")
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	var useTLS bool
+	var caFile, certFile, keyFile, serverName string
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		var err error
+		switch k {
+		case "session_ttl":
+			opts.SessionTTL, err = time.ParseDuration(v)
+			if err == nil && opts.SessionTTL <= 0 {
+				err = errors.New("must be positive")
+			}
+		case "dial_timeout":
+			cfg.DialTimeout, err = time.ParseDuration(v)
+			if err == nil && cfg.DialTimeout <= 0 {
+				err = errors.New("must be positive")
+			}
+		case "tls":
+			useTLS, err = strconv.ParseBool(v)
+		case "ca_file":
+			caFile = v
+		case "cert_file":
+			certFile = v
+		case "key_file":
+			keyFile = v
+		case "server_name":
+			serverName = v
+		default:
+			return cfg, nil, fmt.Errorf("etcdlock: unknown url parameter %q (known: session_ttl, dial_timeout, tls, ca_file, cert_file, key_file, server_name)", k)
+		}
+		if err != nil {
+			return cfg, nil, fmt.Errorf("etcdlock: url parameter %s=%q: %v", k, v, err)
+		}
+	}
+	if (certFile == "") != (keyFile == "") {
+		return cfg, nil, errors.New("etcdlock: url parameters cert_file and key_file must be given together")
+	}
+	if useTLS || caFile != "" || certFile != "" || serverName != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+		if caFile != "" {
+			pem, err := os.ReadFile(caFile)
+			if err != nil {
+				return cfg, nil, fmt.Errorf("etcdlock: ca_file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return cfg, nil, fmt.Errorf("etcdlock: ca_file %q holds no PEM certificate", caFile)
+			}
+			tc.RootCAs = pool
+		}
+		if certFile != "" {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				return cfg, nil, fmt.Errorf("etcdlock: cert_file/key_file: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		cfg.TLS = tc
+	}
+	return cfg, opts, nil
+}

@@ -1,0 +1,344 @@
+package pglock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/goleak"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/locktest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// harness runs the conformance suite against one mode. Every driver it
+// makes opens its own pool from a URL, like a separate process would.
+type harness struct {
+	base  string // server URL without our parameters
+	mode  Mode
+	table string
+	admin *pgxpool.Pool
+
+	mu      sync.Mutex
+	drivers []*Driver
+}
+
+func newHarnessFor(mode Mode) locktest.NewHarness {
+	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
+		base := serverURL(t)
+		admin, err := pgxpool.New(ctx, base)
+		if err != nil {
+			return nil, err
+		}
+		return &harness{base: base, mode: mode, table: "dlock_test_" + string(mode), admin: admin}, nil
+	}
+}
+
+func (h *harness) url() *url.URL {
+	u, _ := url.Parse(h.base)
+	q := u.Query()
+	q.Set("mode", string(h.mode))
+	q.Set("table", h.table)
+	u.RawQuery = q.Encode()
+	return u
+}
+
+func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
+	d, err := open(ctx, h.url())
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.drivers = append(h.drivers, d.(*Driver))
+	h.mu.Unlock()
+	return d, nil
+}
+
+func (h *harness) Kill(d driver.Driver) error {
+	d.(*Driver).kill()
+	return nil
+}
+
+// Drop makes the server forget name's grant: in ModeLease the row's
+// lock_until moves to now (the lock-delay still runs from there); in the
+// session modes the holder's backend is terminated from this connection,
+// as an operator would.
+func (h *harness) Drop(ctx context.Context, name string) error {
+	if h.mode == ModeLease {
+		_, err := h.admin.Exec(ctx, `UPDATE `+h.table+` SET lock_until = now(), delay_until = now() + (delay_until - lock_until)
+			WHERE name = $1 AND count > 0 AND lock_until > now()`, name)
+		return err
+	}
+	h.mu.Lock()
+	var pid uint32
+	for _, d := range h.drivers {
+		if p, ok := d.holderPID(name); ok {
+			pid = p
+		}
+	}
+	h.mu.Unlock()
+	if pid == 0 {
+		return fmt.Errorf("no holder of %q among this harness's drivers", name)
+	}
+	return terminate(ctx, h.admin, pid)
+}
+
+func terminate(ctx context.Context, admin *pgxpool.Pool, pid uint32) error {
+	var ok bool
+	if err := admin.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, int32(pid)).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("pg_terminate_backend(%d) found no such backend", pid)
+	}
+	return nil
+}
+
+func (h *harness) Config() locktest.Config {
+	if h.mode == ModeLease {
+		return locktest.Config{TTL: time.Second, LockDelay: true}
+	}
+	return locktest.Config{TTL: time.Second, SessionBound: true}
+}
+
+func (h *harness) Close() { h.admin.Close() }
+
+// AcquireReleaseFloor is the bare primitive of the mode on one connection:
+// lease: an upsert and an update of one row; advisory: pg_try_advisory_lock
+// and pg_advisory_unlock; rowlock: BEGIN + SELECT … FOR UPDATE NOWAIT
+// pipelined, then COMMIT.
+func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context, string) error, func(), error) {
+	c, err := h.admin.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var op func(context.Context, string) error
+	switch h.mode {
+	case ModeLease:
+		_, err = c.Exec(ctx, `CREATE TABLE IF NOT EXISTS dlock_floor (name text PRIMARY KEY, owner text, until timestamptz)`)
+		op = func(ctx context.Context, key string) error {
+			if _, err := c.Exec(ctx, `INSERT INTO dlock_floor VALUES ($1, 'x', now() + interval '30 seconds')
+				ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until = excluded.until WHERE dlock_floor.until <= now()`, key); err != nil {
+				return err
+			}
+			_, err := c.Exec(ctx, `UPDATE dlock_floor SET until = now() WHERE name = $1 AND owner = 'x'`, key)
+			return err
+		}
+	case ModeAdvisory:
+		op = func(ctx context.Context, key string) error {
+			k := AdvisoryKey(key)
+			var ok bool
+			if err := c.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, k).Scan(&ok); err != nil || !ok {
+				return fmt.Errorf("floor lock: %v %v", ok, err)
+			}
+			return c.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, k).Scan(&ok)
+		}
+	case ModeRowLock:
+		_, err = c.Exec(ctx, `CREATE TABLE IF NOT EXISTS dlock_floor_rows (name text PRIMARY KEY)`)
+		op = func(ctx context.Context, key string) error {
+			if _, err := c.Exec(ctx, `INSERT INTO dlock_floor_rows VALUES ($1) ON CONFLICT DO NOTHING`, key); err != nil {
+				return err
+			}
+			b := &pgx.Batch{}
+			b.Queue("BEGIN")
+			b.Queue(`SELECT 1 FROM dlock_floor_rows WHERE name = $1 FOR UPDATE NOWAIT`, key)
+			if err := c.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			_, err := c.Exec(ctx, "COMMIT")
+			return err
+		}
+	}
+	if err != nil {
+		c.Release()
+		return nil, nil, err
+	}
+	return op, c.Release, nil
+}
+
+// RoundTripFloor is SELECT 1 on one connection.
+func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) error, func(), error) {
+	c, err := h.admin.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context) error {
+		_, err := c.Exec(ctx, "SELECT 1")
+		return err
+	}, c.Release, nil
+}
+
+func TestConformanceLease(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarnessFor(ModeLease))
+}
+
+func TestConformanceAdvisory(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarnessFor(ModeAdvisory))
+}
+
+func TestConformanceRowLock(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarnessFor(ModeRowLock))
+}
+
+func BenchmarkLease(b *testing.B)    { locktest.RunBenchmarks(b, newHarnessFor(ModeLease)) }
+func BenchmarkAdvisory(b *testing.B) { locktest.RunBenchmarks(b, newHarnessFor(ModeAdvisory)) }
+func BenchmarkRowLock(b *testing.B)  { locktest.RunBenchmarks(b, newHarnessFor(ModeRowLock)) }
+
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// TestExternalKill terminates a session-mode holder's backend from another
+// connection: the holder's Done closes within a bounded time, and a waiter
+// then gets the lock with a larger token.
+func TestExternalKill(t *testing.T) {
+	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			hn, err := newHarnessFor(mode)(ctx, t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := hn.(*harness)
+			defer h.Close()
+			const ttl = time.Second
+			da, _ := h.NewDriver(ctx)
+			db, _ := h.NewDriver(ctx)
+			a := dlock.New(da, &dlock.Options{TTL: ttl})
+			b := dlock.New(db, &dlock.Options{TTL: ttl, WaitMax: 50 * time.Millisecond})
+			defer a.Close()
+			defer b.Close()
+			name := randomName("extkill")
+			la, err := a.NewMutex(name, nil).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *dlock.Lease, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				defer cancel()
+				l, err := b.NewMutex(name, nil).Lock(wctx)
+				if err != nil {
+					t.Errorf("waiter: %v", err)
+					close(got)
+					return
+				}
+				got <- l
+			}()
+			pid, ok := da.(*Driver).holderPID(name)
+			if !ok {
+				t.Fatal("holder has no pinned connection")
+			}
+			killed := time.Now()
+			if err := terminate(ctx, h.admin, pid); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-la.Done():
+			case <-time.After(ttl + 2*time.Second):
+				t.Fatalf("holder's Done still open %v after its backend was terminated", time.Since(killed))
+			}
+			if !errors.Is(la.Err(), dlock.ErrLeaseLost) || !errors.Is(la.Err(), driver.ErrSessionLost) {
+				t.Fatalf("holder's Err = %v, want ErrLeaseLost wrapping ErrSessionLost", la.Err())
+			}
+			t.Logf("Done closed %v after pg_terminate_backend", time.Since(killed).Round(time.Millisecond))
+			lb := <-got
+			if lb == nil {
+				return
+			}
+			if lb.Token() <= la.Token() {
+				t.Fatalf("waiter's token %d <= killed holder's %d", lb.Token(), la.Token())
+			}
+			_ = lb.Unlock(ctx)
+		})
+	}
+}
+
+func TestURL(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		url, want string
+	}{
+		{"postgres://u:s3cret@127.0.0.1:1/db?mode=bogus", "unknown mode"},
+		{"postgres://u:s3cret@127.0.0.1:1/db?table=bad-name", "table name"},
+		{"postgres://u:s3cret@127.0.0.1:1/db?mode=", "mode is empty"},
+		{"postgres://u:s3cret@127.0.0.1:1/db?sslmode=nonsense", "sslmode"},
+		{"postgresql://u:s3cret@127.0.0.1:1/db?connect_timeout=1", "connect"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := open(ctx, u)
+		if err == nil {
+			_ = d.Close()
+			t.Fatalf("%s: opened", tc.url)
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, "s3cret") {
+			t.Fatalf("%s: error %q: want it to mention %q and not the password", tc.url, msg, tc.want)
+		}
+	}
+	// Options map one-to-one onto the URL.
+	u, _ := url.Parse(serverURL(t) + "&mode=advisory&table=dlock_url_test")
+	d, err := open(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if pd := d.(*Driver); pd.Mode() != ModeAdvisory || pd.table != "dlock_url_test" {
+		t.Fatalf("mode %q table %q", pd.Mode(), pd.table)
+	}
+}
+
+
+// TestNewKeepsUserPool checks that Close leaves a pool passed to New open.
+func TestNewKeepsUserPool(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := New(nil, nil); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+	if _, err := New(pool, &Options{Table: "x;drop"}); err == nil {
+		t.Fatal("bad table accepted")
+	}
+	d, err := New(pool, &Options{Mode: ModeAdvisory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: randomName("keep"), Owner: "o", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Token == 0 {
+		t.Fatal("token 0")
+	}
+	if _, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: "x", Owner: "o", TTL: time.Second, LockDelay: time.Second}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("lock-delay in advisory mode: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatalf("user's pool closed by Close: %v", err)
+	}
+}

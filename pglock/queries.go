@@ -1,0 +1,134 @@
+package pglock
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// queries holds the SQL text for one table name. The name has been checked
+// by sqlcommon.CheckTable, so splicing it in is safe.
+type queries struct {
+	createTable, createRowTable string
+
+	leaseAcquire, leaseRelease, leaseRenew string
+
+	advisoryAcquire, advisoryAcquire13, advisoryRelease, advisoryReleaseReset, advisoryPing string
+
+	rowEnsure, rowLock, fenceBump, rowPing, rowNotify string
+
+	inspect, inspectAdvisory, inspectRow string
+}
+
+func newQueries(table string) queries {
+	r := strings.NewReplacer("$T", table)
+	var q queries
+	q.createTable = r.Replace(`CREATE TABLE IF NOT EXISTS $T (
+	name        text PRIMARY KEY,
+	owner       text NOT NULL DEFAULT '',
+	count       integer NOT NULL DEFAULT 0,
+	fence       bigint NOT NULL DEFAULT 0,
+	lock_until  timestamptz NOT NULL DEFAULT '-infinity',
+	delay_until timestamptz NOT NULL DEFAULT '-infinity',
+	version     bigint NOT NULL DEFAULT 0
+)`)
+	q.createRowTable = r.Replace(`CREATE TABLE IF NOT EXISTS $T_rowlock (name text PRIMARY KEY)`)
+
+	// One statement decides and grants with the server's clock. A row is
+	// free when its lock-delay deadline has passed (a release sets both
+	// deadlines to now()); it is ours when our owner holds an unexpired
+	// grant. Otherwise the conflict WHERE is false, nothing is written, and
+	// the second branch reports how long until the row frees.
+	q.leaseAcquire = r.Replace(`WITH up AS (
+	INSERT INTO $T AS l (name, owner, count, fence, lock_until, delay_until, version)
+	VALUES ($1, $2, 1, 1, now() + $3 * interval '1 microsecond', now() + ($3 + $4) * interval '1 microsecond', 1)
+	ON CONFLICT (name) DO UPDATE SET
+		count = CASE WHEN l.delay_until <= now() THEN 1 ELSE l.count + 1 END,
+		fence = CASE WHEN l.delay_until <= now() THEN l.fence + 1 ELSE l.fence END,
+		owner = excluded.owner,
+		lock_until = excluded.lock_until,
+		delay_until = excluded.delay_until,
+		version = l.version + 1
+	WHERE l.delay_until <= now() OR (l.lock_until > now() AND l.owner = excluded.owner)
+	RETURNING fence, count)
+SELECT true, fence, count, 0::bigint FROM up
+UNION ALL
+SELECT false, fence, count, GREATEST(0, (extract(epoch FROM delay_until - now()) * 1e6)::bigint)
+FROM $T WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`)
+
+	q.leaseRelease = r.Replace(`WITH r AS (
+	UPDATE $T SET
+		count = count - 1,
+		owner = CASE WHEN count > 1 THEN owner ELSE '' END,
+		lock_until = CASE WHEN count > 1 THEN lock_until ELSE now() END,
+		delay_until = CASE WHEN count > 1 THEN delay_until ELSE now() END,
+		version = version + 1
+	WHERE name = $1 AND owner = $2 AND fence = $3 AND count > 0 AND lock_until > now()
+	RETURNING count)
+SELECT count, CASE WHEN count = 0 THEN (SELECT true FROM pg_notify($4, $1)) END FROM r`)
+
+	q.leaseRenew = r.Replace(`UPDATE $T AS l SET
+	lock_until = now() + x.ttl * interval '1 microsecond',
+	delay_until = now() + (x.ttl + x.delay) * interval '1 microsecond',
+	version = l.version + 1
+FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS x(name, owner, fence, ttl, delay)
+WHERE l.name = x.name AND l.owner = x.owner AND l.fence = x.fence AND l.count > 0 AND l.lock_until > now()
+RETURNING l.name, l.fence`)
+
+	// The advisory lock is taken first; only if it was granted does the
+	// same statement bump the name's fence counter, and that increment
+	// commits (autocommit) before the grant is reported.
+	q.advisoryAcquire = r.Replace(`WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
+s AS MATERIALIZED (
+	SELECT current_setting('idle_session_timeout') AS old, set_config('idle_session_timeout', $4, false) AS new
+	FROM g WHERE g.ok),
+f AS (
+	INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 FROM g WHERE g.ok
+	ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, version = l.version + 1
+	RETURNING fence)
+SELECT g.ok, COALESCE((SELECT fence FROM f), 0), COALESCE((SELECT old FROM s), '') FROM g`)
+	// Before PostgreSQL 14 there is no idle_session_timeout.
+	q.advisoryAcquire13 = r.Replace(`WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
+f AS (
+	INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 FROM g WHERE g.ok
+	ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, version = l.version + 1
+	RETURNING fence)
+SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
+	q.advisoryRelease = `SELECT pg_advisory_unlock($1), (SELECT true FROM pg_notify($2, $3))`
+	q.advisoryReleaseReset = `SELECT pg_advisory_unlock($1), (SELECT true FROM pg_notify($2, $3)), set_config('idle_session_timeout', $4, false)`
+	// Acquire arms a server-side idle timeout of one TTL and every renewal
+	// ping re-arms it, so a holder that stops renewing (crashed without a
+	// FIN, paused, cut off) loses its session, and the lock, about one TTL
+	// after its last renewal. Release restores the session's old value.
+	q.advisoryPing = `SELECT set_config('idle_session_timeout', $1, false)`
+
+	q.rowEnsure = r.Replace(`INSERT INTO $T_rowlock (name) VALUES ($1) ON CONFLICT DO NOTHING`)
+	q.rowLock = r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM $T_rowlock WHERE name = $1 FOR UPDATE NOWAIT`)
+	q.fenceBump = r.Replace(`INSERT INTO $T AS l (name, owner, fence) VALUES ($1, $2, 1)
+	ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, version = l.version + 1
+	RETURNING fence`)
+	q.rowPing = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
+	q.rowNotify = `SELECT pg_notify($1, $2)`
+
+	q.inspect = r.Replace(`SELECT name, owner, fence, count,
+	CASE WHEN count > 0 AND lock_until > now() THEN (extract(epoch FROM lock_until - now()) * 1e6)::bigint ELSE 0 END
+FROM $T WHERE left(name, char_length($1)) = $1 ORDER BY name`)
+	q.inspectAdvisory = `SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	q.inspectRow = r.Replace(`SELECT name FROM $T_rowlock WHERE left(name, char_length($1)) = $1 FOR KEY SHARE SKIP LOCKED`)
+	return q
+}
+
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func isUniqueViolation(err error) bool { return pgCode(err) == "23505" }
+
+// isLockNotAvailable reports NOWAIT's "could not obtain lock on row".
+func isLockNotAvailable(err error) bool { return pgCode(err) == "55P03" }

@@ -306,7 +306,6 @@ func TestURL(t *testing.T) {
 	}
 }
 
-
 // TestNewKeepsUserPool checks that Close leaves a pool passed to New open.
 func TestNewKeepsUserPool(t *testing.T) {
 	ctx := context.Background()

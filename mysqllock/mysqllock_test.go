@@ -1,0 +1,405 @@
+package mysqllock
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/goleak"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/locktest"
+)
+
+func TestMain(m *testing.M) {
+	// The tests kill connections on purpose; go-sql-driver logs each one.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	goleak.VerifyTestMain(m)
+}
+
+// harness runs the conformance suite against one mode. Every driver it
+// makes opens its own *sql.DB from a URL, like a separate process would.
+type harness struct {
+	base  string
+	mode  Mode
+	table string
+	admin *sql.DB
+
+	mu      sync.Mutex
+	drivers []*Driver
+}
+
+func openAdmin(t testing.TB) (*sql.DB, error) {
+	u, err := url.Parse(serverURL(t))
+	if err != nil {
+		return nil, err
+	}
+	_, dsn, err := ParseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return sql.Open("mysql", dsn)
+}
+
+func newHarnessFor(mode Mode) locktest.NewHarness {
+	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
+		admin, err := openAdmin(t)
+		if err != nil {
+			return nil, err
+		}
+		return &harness{base: serverURL(t), mode: mode, table: "dlock_test_" + string(mode), admin: admin}, nil
+	}
+}
+
+func (h *harness) url() *url.URL {
+	u, _ := url.Parse(h.base)
+	q := u.Query()
+	q.Set("mode", string(h.mode))
+	q.Set("table", h.table)
+	u.RawQuery = q.Encode()
+	return u
+}
+
+func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
+	d, err := open(ctx, h.url())
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.drivers = append(h.drivers, d.(*Driver))
+	h.mu.Unlock()
+	return d, nil
+}
+
+func (h *harness) Kill(d driver.Driver) error {
+	d.(*Driver).kill()
+	return nil
+}
+
+// Drop makes the server forget name's grant: in ModeLease the row's
+// lock_until moves to now (the lock-delay still runs from there); in the
+// session modes the holder's connection is KILLed from this one, as an
+// operator would.
+func (h *harness) Drop(ctx context.Context, name string) error {
+	if h.mode == ModeLease {
+		_, err := h.admin.ExecContext(ctx, `UPDATE `+h.table+` SET delay_until = UTC_TIMESTAMP(6) + INTERVAL TIMESTAMPDIFF(MICROSECOND, lock_until, delay_until) MICROSECOND,
+			lock_until = UTC_TIMESTAMP(6) WHERE name = ? AND `+"`count`"+` > 0 AND lock_until > UTC_TIMESTAMP(6)`, []byte(name))
+		return err
+	}
+	h.mu.Lock()
+	drivers := append([]*Driver(nil), h.drivers...)
+	h.mu.Unlock()
+	for _, d := range drivers {
+		if id, ok := d.holderConnID(ctx, name); ok {
+			_, err := h.admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+			return err
+		}
+	}
+	return fmt.Errorf("no holder of %q among this harness's drivers", name)
+}
+
+func (h *harness) Config() locktest.Config {
+	if h.mode == ModeLease {
+		return locktest.Config{TTL: time.Second, LockDelay: true}
+	}
+	// wait_timeout has whole-second resolution: the TTL the suite waits
+	// out must be at least that.
+	return locktest.Config{TTL: time.Second, SessionBound: true}
+}
+
+func (h *harness) Close() { _ = h.admin.Close() }
+
+// AcquireReleaseFloor is the bare primitive of the mode on one connection,
+// as literal SQL text like the driver sends: lease: an upsert and an update
+// of one row; getlock: GET_LOCK and RELEASE_LOCK; rowlock: START
+// TRANSACTION, SELECT … FOR UPDATE NOWAIT, COMMIT.
+func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context, string) error, func(), error) {
+	c, err := h.admin.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var op func(context.Context, string) error
+	switch h.mode {
+	case ModeLease:
+		_, err = c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS dlock_floor (name VARBINARY(255) PRIMARY KEY, owner VARBINARY(128), until DATETIME(6))`)
+		op = func(ctx context.Context, key string) error {
+			k := hexLit(key)
+			if _, err := c.ExecContext(ctx, `INSERT INTO dlock_floor VALUES (`+k+`, 'x', UTC_TIMESTAMP(6) + INTERVAL 30 SECOND)
+				ON DUPLICATE KEY UPDATE owner = IF(until <= UTC_TIMESTAMP(6), 'x', owner), until = IF(until <= UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, until)`); err != nil {
+				return err
+			}
+			_, err := c.ExecContext(ctx, `UPDATE dlock_floor SET until = UTC_TIMESTAMP(6) WHERE name = `+k+` AND owner = 'x'`)
+			return err
+		}
+	case ModeGetLock:
+		op = func(ctx context.Context, key string) error {
+			l := hexLit(LockName(key))
+			var ok int
+			if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(`+l+`, 0)`).Scan(&ok); err != nil || ok != 1 {
+				return fmt.Errorf("floor lock: %v %v", ok, err)
+			}
+			return c.QueryRowContext(ctx, `SELECT RELEASE_LOCK(`+l+`)`).Scan(&ok)
+		}
+	case ModeRowLock:
+		_, err = c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS dlock_floor_rows (name VARBINARY(255) PRIMARY KEY)`)
+		op = func(ctx context.Context, key string) error {
+			k := hexLit(key)
+			if _, err := c.ExecContext(ctx, `INSERT IGNORE INTO dlock_floor_rows VALUES (`+k+`)`); err != nil {
+				return err
+			}
+			if _, err := c.ExecContext(ctx, "START TRANSACTION"); err != nil {
+				return err
+			}
+			var one int
+			if err := c.QueryRowContext(ctx, `SELECT 1 FROM dlock_floor_rows WHERE name = `+k+` FOR UPDATE NOWAIT`).Scan(&one); err != nil {
+				return err
+			}
+			_, err := c.ExecContext(ctx, "COMMIT")
+			return err
+		}
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	return op, func() { _ = c.Close() }, nil
+}
+
+// RoundTripFloor is SELECT 1 on one connection.
+func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) error, func(), error) {
+	c, err := h.admin.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context) error {
+		var one int
+		return c.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+	}, func() { _ = c.Close() }, nil
+}
+
+func TestConformanceLease(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarnessFor(ModeLease))
+}
+
+func TestConformanceGetLock(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarnessFor(ModeGetLock))
+}
+
+func TestConformanceRowLock(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarnessFor(ModeRowLock))
+}
+
+func BenchmarkLease(b *testing.B)   { locktest.RunBenchmarks(b, newHarnessFor(ModeLease)) }
+func BenchmarkGetLock(b *testing.B) { locktest.RunBenchmarks(b, newHarnessFor(ModeGetLock)) }
+func BenchmarkRowLock(b *testing.B) { locktest.RunBenchmarks(b, newHarnessFor(ModeRowLock)) }
+
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// TestExternalKill KILLs a session-mode holder's connection from another
+// connection: the holder's Done closes within a bounded time, and a waiter
+// then gets the lock with a larger token.
+func TestExternalKill(t *testing.T) {
+	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			hn, err := newHarnessFor(mode)(ctx, t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := hn.(*harness)
+			defer h.Close()
+			const ttl = time.Second
+			da, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := dlock.New(da, &dlock.Options{TTL: ttl})
+			b := dlock.New(db, &dlock.Options{TTL: ttl, WaitMax: 50 * time.Millisecond})
+			defer a.Close()
+			defer b.Close()
+			name := randomName("extkill")
+			la, err := a.NewMutex(name, nil).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan *dlock.Lease, 1)
+			go func() {
+				wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				defer cancel()
+				l, err := b.NewMutex(name, nil).Lock(wctx)
+				if err != nil {
+					t.Errorf("waiter: %v", err)
+					close(got)
+					return
+				}
+				got <- l
+			}()
+			id, ok := da.(*Driver).holderConnID(ctx, name)
+			if !ok {
+				t.Fatal("holder has no pinned connection")
+			}
+			killed := time.Now()
+			if _, err := h.admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id)); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-la.Done():
+			case <-time.After(ttl + 2*time.Second):
+				t.Fatalf("holder's Done still open %v after KILL", time.Since(killed))
+			}
+			if !errors.Is(la.Err(), dlock.ErrLeaseLost) || !errors.Is(la.Err(), driver.ErrSessionLost) {
+				t.Fatalf("holder's Err = %v, want ErrLeaseLost wrapping ErrSessionLost", la.Err())
+			}
+			t.Logf("Done closed %v after KILL", time.Since(killed).Round(time.Millisecond))
+			lb := <-got
+			if lb == nil {
+				return
+			}
+			if lb.Token() <= la.Token() {
+				t.Fatalf("waiter's token %d <= killed holder's %d", lb.Token(), la.Token())
+			}
+			_ = lb.Unlock(ctx)
+		})
+	}
+}
+
+func TestURL(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"mysql://u:s3cret@127.0.0.1:1/db?mode=bogus", "unknown mode"},
+		{"mysql://u:s3cret@127.0.0.1:1/db?table=bad-name", "table name"},
+		{"mysql://u:s3cret@127.0.0.1:1/db?mode=", "mode is empty"},
+		{"mysql://u:s3cret@127.0.0.1:1/", "no database"},
+		{"mysql://u:s3cret@127.0.0.1:1/db?tls=nonsense", "nonsense"},
+		{"mysql://u:s3cret@127.0.0.1:1/db?timeout=1s", "connect"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, err := open(ctx, u)
+		cancel()
+		if err == nil {
+			_ = d.Close()
+			t.Fatalf("%s: opened", tc.url)
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, "s3cret") {
+			t.Fatalf("%s: error %q: want it to mention %q and not the password", tc.url, msg, tc.want)
+		}
+	}
+	u, _ := url.Parse("mysql://u:p%40ss@db.example:3307/app?tls=true&mode=getlock&table=t1&timeout=2s")
+	o, dsn, err := ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Mode != ModeGetLock || o.Table != "t1" {
+		t.Fatalf("options %+v", o)
+	}
+	if want := "u:p@ss@tcp(db.example:3307)/app?"; !strings.HasPrefix(dsn, want) || !strings.Contains(dsn, "tls=true") || !strings.Contains(dsn, "timeout=2s") || strings.Contains(dsn, "mode=") {
+		t.Fatalf("dsn %q", dsn)
+	}
+}
+
+// TestNewKeepsUserDB checks that Close leaves a *sql.DB passed to New open,
+// and that lease acquisition works whatever the DSN says about found rows.
+func TestNewKeepsUserDB(t *testing.T) {
+	ctx := context.Background()
+	u, _ := url.Parse(serverURL(t))
+	_, dsn, err := ParseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, extra := range []string{"", "clientFoundRows=true", "interpolateParams=true"} {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		db, err := sql.Open("mysql", dsn+sep+extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(nil, nil); err == nil {
+			t.Fatal("New(nil) succeeded")
+		}
+		if _, err := New(db, &Options{Table: "x;drop"}); err == nil {
+			t.Fatal("bad table accepted")
+		}
+		d, err := New(db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := randomName("keep")
+		req := driver.AcquireRequest{Name: name, Owner: "o1", TTL: 10 * time.Second}
+		g1, err := d.TryAcquire(ctx, req)
+		if err != nil || g1.Count != 1 {
+			t.Fatalf("%s: first acquire %+v %v", extra, g1, err)
+		}
+		g2, err := d.TryAcquire(ctx, req)
+		if err != nil || g2.Count != 2 || g2.Token != g1.Token {
+			t.Fatalf("%s: re-entry %+v %v", extra, g2, err)
+		}
+		var le *driver.LockedError
+		if _, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o2", TTL: time.Second}); !errors.As(err, &le) || le.RetryAfter <= 8*time.Second {
+			t.Fatalf("%s: other owner got %v, want LockedError with RetryAfter near 10s", extra, err)
+		}
+		for want := 1; want >= 0; want-- {
+			n, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o1", Token: g1.Token})
+			if err != nil || n != want {
+				t.Fatalf("%s: release = %d, %v; want %d", extra, n, err, want)
+			}
+		}
+		if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o1", Token: g1.Token}); !errors.Is(err, driver.ErrNotHeld) {
+			t.Fatalf("%s: release of a free lock: %v", extra, err)
+		}
+		g3, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o2", TTL: time.Second})
+		if err != nil || g3.Token != g1.Token+1 {
+			t.Fatalf("%s: acquire after release %+v %v", extra, g3, err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.PingContext(ctx); err != nil {
+			t.Fatalf("user's db closed by Close: %v", err)
+		}
+		_ = db.Close()
+	}
+}
+
+func TestLockName(t *testing.T) {
+	for _, n := range []string{"a", "orders/42", strings.Repeat("x", 64)} {
+		if LockName(n) != n {
+			t.Fatalf("LockName(%q) = %q, want it unchanged", n, LockName(n))
+		}
+	}
+	seen := map[string]string{}
+	for _, n := range []string{"A", "a", "Orders/42", strings.Repeat("x", 65), "#" + strings.Repeat("0", 63), "ä"} {
+		l := LockName(n)
+		if len(l) > 64 {
+			t.Fatalf("LockName(%q) = %q: longer than 64", n, l)
+		}
+		if o, dup := seen[strings.ToLower(l)]; dup {
+			t.Fatalf("LockName(%q) and LockName(%q) collide (case-insensitively)", n, o)
+		}
+		seen[strings.ToLower(l)] = n
+	}
+}

@@ -1,0 +1,168 @@
+package mysqllock
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Statements are sent as text with their values spliced in as literals:
+// strings as hex literals (X'…', which cannot break out of the literal and
+// compare byte for byte with the VARBINARY columns), numbers formatted by
+// strconv. That keeps every operation to one round trip whatever the
+// caller's DSN says about interpolateParams, with no prepared statements to
+// track on pooled and pinned connections. The table name has been checked by
+// sqlcommon.CheckTable.
+
+func hexLit(s string) string { return "X'" + hex.EncodeToString([]byte(s)) + "'" }
+
+// fill replaces {key} placeholders in tmpl.
+func fill(tmpl string, kv ...string) string {
+	return strings.NewReplacer(kv...).Replace(tmpl)
+}
+
+// Encoding of the acquire statement's outcome in LAST_INSERT_ID: a grant is
+// fence<<countBits | count (fence < 2^43; the count is reported modulo
+// 2^20, which only matters past a million nested holds); a refusal is
+// lockedFlag + microseconds until the row frees.
+const (
+	countBits  = 20
+	maxCount   = 1<<countBits - 1
+	lockedFlag = uint64(1) << 63
+)
+
+type queries struct {
+	createTable, createRowTable string
+
+	leaseAcquire, leaseRelease, leaseRenew, leaseRenewed string
+
+	getLock, fenceInsert, getLockRelease string
+
+	rowLock, rowEnsure, fenceBump, rowRelease string
+
+	ping, inspect, inspectRow string
+}
+
+func newQueries(table string) queries {
+	r := strings.NewReplacer("$T", table)
+	var q queries
+	q.createTable = r.Replace("CREATE TABLE IF NOT EXISTS $T (" +
+		"name VARBINARY(255) NOT NULL PRIMARY KEY, " +
+		"owner VARBINARY(128) NOT NULL DEFAULT '', " +
+		"`count` INT NOT NULL DEFAULT 0, " +
+		"fence BIGINT UNSIGNED NOT NULL DEFAULT 0, " +
+		"lock_until DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00', " +
+		"delay_until DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00', " +
+		"version BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB")
+	q.createRowTable = r.Replace("CREATE TABLE IF NOT EXISTS $T_rowlock (name VARBINARY(255) NOT NULL PRIMARY KEY) ENGINE=InnoDB")
+
+	// MySQL evaluates ON DUPLICATE KEY UPDATE assignments left to right,
+	// each seeing the columns already assigned. The order below makes every
+	// condition read the values it needs: version (first) and count, fence,
+	// owner use only old values; lock_until's condition reads the new owner,
+	// which equals {O} exactly when the call won or the old owner was {O};
+	// delay_until's reads the new lock_until and owner, which together say
+	// "won". FREE: the lock-delay deadline has passed (a release sets it to
+	// now). OURS: {O} holds an unexpired grant.
+	free := "delay_until <= {N}"
+	ours := "(lock_until > {N} AND owner = {O})"
+	win := "(" + free + " OR " + ours + ")"
+	acquire := "INSERT INTO $T (name, owner, `count`, fence, lock_until, delay_until, version) VALUES " +
+		"({K}, {O}, 1, 1, {N} + INTERVAL {TTL} MICROSECOND, {N} + INTERVAL {TTLD} MICROSECOND, " +
+		"LAST_INSERT_ID(" + strconv.Itoa(1<<countBits|1) + ") - " + strconv.Itoa(1<<countBits) + ") " +
+		"ON DUPLICATE KEY UPDATE " +
+		"version = IF(LAST_INSERT_ID(IF(" + win + ", " +
+		"(IF(" + free + ", fence + 1, fence) << " + strconv.Itoa(countBits) + ") | IF(" + free + ", 1, `count` + 1), " +
+		strconv.FormatUint(lockedFlag, 10) + " + GREATEST(0, TIMESTAMPDIFF(MICROSECOND, {N}, delay_until)))) >= " +
+		strconv.FormatUint(lockedFlag, 10) + ", version, version + 1), " +
+		"`count` = IF(" + ours + ", `count` + 1, IF(" + free + ", 1, `count`)), " +
+		"fence = IF(" + free + ", fence + 1, fence), " +
+		"owner = IF(" + win + ", {O}, owner), " +
+		"lock_until = IF(" + free + " OR (lock_until > {N} AND owner = {O}), {N} + INTERVAL {TTL} MICROSECOND, lock_until), " +
+		"delay_until = IF(lock_until > {N} AND owner = {O}, {N} + INTERVAL {TTLD} MICROSECOND, delay_until)"
+	q.leaseAcquire = r.Replace(strings.ReplaceAll(acquire, "{N}", "UTC_TIMESTAMP(6)"))
+
+	// Single-table UPDATE assignments are also left to right: count goes
+	// last so the others see the old count; LAST_INSERT_ID reports the
+	// count that remains.
+	q.leaseRelease = r.Replace("UPDATE $T SET version = version + 1, " +
+		"owner = IF(`count` > 1, owner, ''), " +
+		"lock_until = IF(`count` > 1, lock_until, UTC_TIMESTAMP(6)), " +
+		"delay_until = IF(`count` > 1, delay_until, UTC_TIMESTAMP(6)), " +
+		"`count` = LAST_INSERT_ID(`count` - 1) " +
+		"WHERE name = {K} AND owner = {O} AND fence = {F} AND `count` > 0 AND lock_until > UTC_TIMESTAMP(6)")
+
+	q.leaseRenew = r.Replace("UPDATE $T AS l JOIN ({ROWS}) AS x ON l.name = x.n AND l.owner = x.o AND l.fence = x.f " +
+		"SET l.lock_until = UTC_TIMESTAMP(6) + INTERVAL x.t MICROSECOND, " +
+		"l.delay_until = UTC_TIMESTAMP(6) + INTERVAL (x.t + x.d) MICROSECOND, l.version = l.version + 1 " +
+		"WHERE l.`count` > 0 AND l.lock_until > UTC_TIMESTAMP(6)")
+	q.leaseRenewed = r.Replace("SELECT name, fence FROM $T WHERE name IN ({KEYS}) AND `count` > 0 AND lock_until > UTC_TIMESTAMP(6)")
+
+	// GET_LOCK and the session's wait_timeout in one statement: the timeout
+	// is armed only if the lock was granted. The fence bump follows, gated
+	// on this connection holding the lock, and autocommits.
+	q.getLock = "SET SESSION wait_timeout = IF(GET_LOCK({L}, 0) = 1, {WT}, @@SESSION.wait_timeout)"
+	q.fenceInsert = r.Replace("INSERT INTO $T (name, owner, fence) SELECT {K}, {O}, LAST_INSERT_ID(1) FROM DUAL WHERE IS_USED_LOCK({L}) = CONNECTION_ID() " +
+		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1), owner = {O}, version = version + 1")
+	q.getLockRelease = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_LOCK({L})"
+
+	// rowlock: autocommit off (so the locking read opens a transaction that
+	// stays open) and wait_timeout armed, in one statement; switching
+	// autocommit back on at release commits and ends the transaction.
+	q.rowLock = r.Replace("SELECT 1 FROM $T_rowlock WHERE name = {K} FOR UPDATE NOWAIT")
+	q.rowEnsure = r.Replace("INSERT IGNORE INTO $T_rowlock (name) VALUES ({K})")
+	q.fenceBump = r.Replace("INSERT INTO $T (name, owner, fence) VALUES ({K}, {O}, LAST_INSERT_ID(1)) " +
+		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1), owner = {O}, version = version + 1")
+	q.rowRelease = "SET autocommit = 1, SESSION wait_timeout = DEFAULT"
+
+	q.ping = "SET SESSION wait_timeout = {WT}"
+
+	q.inspect = r.Replace("SELECT name, owner, fence, `count`, " +
+		"IF(`count` > 0 AND lock_until > UTC_TIMESTAMP(6), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lock_until), 0) " +
+		"FROM $T WHERE LEFT(name, LENGTH({P})) = {P} ORDER BY name")
+	q.inspectRow = r.Replace("SELECT name FROM $T_rowlock WHERE LEFT(name, LENGTH({P})) = {P} FOR UPDATE SKIP LOCKED")
+	return q
+}
+
+// LockName returns the GET_LOCK name ModeGetLock uses for name. Names of up
+// to 64 bytes made only of [a-z0-9._/:-] are used as they are (readable in
+// IS_USED_LOCK); any other name becomes "#" and 63 hex digits of its SHA-256.
+// MySQL compares lock names case-insensitively and limits them to 64
+// characters; this mapping never lets two different names meet. Lock names
+// are server-wide, shared by every database on the server.
+func LockName(name string) string {
+	if len(name) <= 64 {
+		plain := true
+		for i := 0; i < len(name); i++ {
+			c := name[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("._/:-", c) >= 0) {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			return name
+		}
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "#" + hex.EncodeToString(sum[:])[:63]
+}
+
+func errNumber(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+// isLockNotAvailable reports NOWAIT's refusal: MySQL 8 ER_LOCK_NOWAIT (3572),
+// MariaDB ER_LOCK_WAIT_TIMEOUT (1205).
+func isLockNotAvailable(err error) bool {
+	n := errNumber(err)
+	return n == 3572 || n == 1205
+}

@@ -269,6 +269,9 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 	if req.LockDelay > 0 {
 		return driver.Grant{}, fmt.Errorf("etcdlock: lock-delay: %w", driver.ErrUnsupported)
 	}
+	// The grant's TTL is reported from start, the moment the dlock package
+	// measures from, to when the lease was last known to be refreshed.
+	start := time.Now()
 	hk := holdKey{req.Name, req.Owner}
 	for {
 		d.mu.Lock()
@@ -277,7 +280,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 			h = &hold{pending: make(chan struct{})}
 			d.holds[hk] = h
 			d.mu.Unlock()
-			g, err := d.enqueue(ctx, req, wait)
+			g, err := d.enqueue(ctx, req, wait, start)
 			d.mu.Lock()
 			if err != nil {
 				delete(d.holds, hk)
@@ -306,7 +309,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 		hd := h.h
 		d.mu.Unlock()
 		// Re-entrance: make sure the key is still ours before counting.
-		ok, err := d.stillHeld(ctx, hd)
+		ok, sent, err := d.stillHeld(ctx, hd)
 		if err != nil {
 			return driver.Grant{}, err
 		}
@@ -323,46 +326,72 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 		h.count++
 		n := h.count
 		d.mu.Unlock()
-		return d.grant(hd, n), nil
+		return d.grant(hd, n, start, sent), nil
 	}
 }
 
-func (d *Driver) grant(h *handle, count int) driver.Grant {
+// grant describes h. The lease was refreshed after sent, so it lasts at
+// least its TTL from then; Grant.TTL counts from start.
+func (d *Driver) grant(h *handle, count int, start, sent time.Time) driver.Grant {
 	return driver.Grant{
 		Token:  uint64(h.rev),
 		Count:  count,
-		TTL:    h.sess.ttl,
+		TTL:    h.sess.ttl + sent.Sub(start),
 		Handle: h,
 		Lost:   h.sess.done,
 		Cause:  h.sess.cause,
 	}
 }
 
-// stillHeld reports whether h's key exists with h's create revision.
-func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, error) {
+// stillHeld reports whether h's key exists with h's create revision,
+// refreshing the lease at the same time (see txnAlive).
+func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, time.Time, error) {
 	if h.sess.lost() {
-		return false, nil
+		return false, time.Time{}, nil
 	}
-	resp, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).Commit()
+	resp, sent, err := d.txnAlive(ctx, h.sess, d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)))
 	if err != nil {
-		return false, fmt.Errorf("etcdlock: check key: %w", err)
+		if h.sess.lost() {
+			return false, sent, nil
+		}
+		return false, sent, fmt.Errorf("etcdlock: check key: %w", err)
 	}
-	return resp.Succeeded, nil
+	return resp.Succeeded, sent, nil
+}
+
+// txnAlive commits txn and, at the same time, sends one keepalive for sess's
+// lease, so that the lease is known to last at least its TTL from sent. The
+// client library's own keepalives run every TTL/3 and could have refreshed
+// the lease up to that long before the transaction. On a keepalive failure
+// the transaction's response, if any, is returned with the error.
+func (d *Driver) txnAlive(ctx context.Context, sess *session, txn clientv3.Txn) (*clientv3.TxnResponse, time.Time, error) {
+	sent := time.Now()
+	var kaErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { _, kaErr = d.cli.KeepAliveOnce(ctx, sess.id) })
+	resp, err := txn.Commit()
+	wg.Wait()
+	if err != nil {
+		return nil, sent, err
+	}
+	if kaErr != nil {
+		return resp, sent, fmt.Errorf("keep lease %x alive: %w", int64(sess.id), kaErr)
+	}
+	return resp, sent, nil
 }
 
 // enqueue puts the request's key and, when wait is set, waits for its turn.
-func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
+func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bool, start time.Time) (driver.Grant, error) {
 	sess, err := d.session(ctx)
 	if err != nil {
 		return driver.Grant{}, err
 	}
 	key := d.keyFor(req.Name, req.Owner, sess.id)
 	pfx := d.queuePrefix(req.Name)
-	resp, err := d.cli.Txn(ctx).
+	resp, sent, err := d.txnAlive(ctx, sess, d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(key, req.Owner, clientv3.WithLease(sess.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
-		Else(clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
-		Commit()
+		Else(clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)))
 	if err != nil {
 		// The put may have happened: remove whatever is there.
 		d.discard(key, 0)
@@ -383,42 +412,47 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	h := &handle{key: key, rev: rev, sess: sess}
 	head := resp.Responses[1].GetResponseRange().Kvs
 	if len(head) == 0 || head[0].CreateRevision == rev {
-		return d.grant(h, 1), nil
+		return d.grant(h, 1, start, sent), nil
 	}
 	if !wait {
 		d.discard(key, rev)
 		return driver.Grant{}, &driver.LockedError{}
 	}
-	if err := d.waitTurn(ctx, h, pfx); err != nil {
+	sent, err = d.waitTurn(ctx, h, pfx)
+	if err != nil {
 		d.discard(key, rev)
 		return driver.Grant{}, err
 	}
-	return d.grant(h, 1), nil
+	return d.grant(h, 1, start, sent), nil
 }
 
-// waitTurn waits until no key older than h's remains under pfx.
-func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx string) error {
+// waitTurn waits until no key older than h's remains under pfx. It returns
+// when the look that found the queue empty ahead of h was sent.
+func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx string) (time.Time, error) {
 	for {
-		resp, err := d.cli.Txn(ctx).Then(
+		resp, sent, err := d.txnAlive(ctx, h.sess, d.cli.Txn(ctx).Then(
 			clientv3.OpGet(h.key, clientv3.WithKeysOnly()),
 			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(h.rev-1), clientv3.WithKeysOnly())...),
-		).Commit()
+		))
 		if err != nil {
-			return wrapCtx(ctx, "etcdlock: wait", err)
+			if h.sess.lost() {
+				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.cause())
+			}
+			return sent, wrapCtx(ctx, "etcdlock: wait", err)
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != h.rev {
 			if h.sess.lost() {
-				return fmt.Errorf("etcdlock: while waiting: %w", h.sess.cause())
+				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.cause())
 			}
-			return fmt.Errorf("etcdlock: queue key %q was deleted while waiting: %w", h.key, driver.ErrSessionLost)
+			return sent, fmt.Errorf("etcdlock: queue key %q was deleted while waiting: %w", h.key, driver.ErrSessionLost)
 		}
 		prev := resp.Responses[1].GetResponseRange().Kvs
 		if len(prev) == 0 {
-			return nil
+			return sent, nil
 		}
 		if err := d.waitDelete(ctx, h.sess, string(prev[0].Key), resp.Header.Revision+1); err != nil {
-			return err
+			return sent, err
 		}
 	}
 }
@@ -544,7 +578,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		h.count--
 		n := h.count
 		d.mu.Unlock()
-		ok, err := d.stillHeld(ctx, hd)
+		ok, _, err := d.stillHeld(ctx, hd)
 		if err != nil {
 			return 0, err
 		}

@@ -125,7 +125,7 @@ func TestTryAcquireExcludesAndTokensIncrease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ga.Count != 1 || ga.Token == 0 || ga.TTL != 2*time.Second || ga.Lost == nil {
+	if ga.Count != 1 || ga.Token == 0 || ga.TTL < 2*time.Second || ga.TTL > 3*time.Second || ga.Lost == nil {
 		t.Fatalf("grant = %+v", ga)
 	}
 	_, err = b.TryAcquire(ctx, req("t1", "B"))

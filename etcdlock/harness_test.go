@@ -1,0 +1,258 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/locktest"
+)
+
+// testTTL is the lease TTL of the conformance runs: etcd's minimum with the
+// test servers' 1s election timeout.
+const testTTL = 2 * time.Second
+
+type harness struct {
+	endpoints []string
+	admin     *clientv3.Client
+}
+
+func newHarness(members int) locktest.NewHarness {
+	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
+		c := shared
+		if members > 1 {
+			c = testserver.Etcd(t, members)
+		}
+		admin, err := dial(c.Endpoints())
+		if err != nil {
+			return nil, err
+		}
+		return &harness{endpoints: c.Endpoints(), admin: admin}, nil
+	}
+}
+
+func dial(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
+	cli, err := dial(h.endpoints)
+	if err != nil {
+		return nil, err
+	}
+	return newDriver(cli, true, &Options{SessionTTL: testTTL})
+}
+
+// Kill stops the keepalives and closes the client without revoking the
+// lease, so the server frees the locks only when the lease expires.
+func (h *harness) Kill(d driver.Driver) error {
+	ed, ok := d.(*Driver)
+	if !ok {
+		return fmt.Errorf("not an etcdlock driver: %T", d)
+	}
+	ed.stop()
+	return ed.cli.Close()
+}
+
+// Drop deletes the holder's key (the oldest in the queue), as if its lease
+// had expired; create revisions keep increasing, so tokens survive.
+func (h *harness) Drop(ctx context.Context, name string) error {
+	d := &Driver{}
+	resp, err := h.admin.Get(ctx, d.queuePrefix(name), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 {
+		return errors.New("no holder to drop")
+	}
+	_, err = h.admin.Delete(ctx, string(resp.Kvs[0].Key))
+	return err
+}
+
+func (h *harness) Config() locktest.Config {
+	return locktest.Config{TTL: testTTL, SessionBound: true, LockDelay: false}
+}
+
+func (h *harness) Close() { h.admin.Close() }
+
+// AcquireReleaseFloor: a put-if-absent transaction bound to a lease, then a
+// delete, on a client of its own.
+func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context, string) error, func(), error) {
+	cli, err := dial(h.endpoints)
+	if err != nil {
+		return nil, nil, err
+	}
+	lease, err := cli.Grant(ctx, 60)
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	op := func(ctx context.Context, key string) error {
+		resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, "x", clientv3.WithLease(lease.ID))).Commit()
+		if err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			return errors.New("floor key exists")
+		}
+		_, err = cli.Delete(ctx, key)
+		return err
+	}
+	return op, func() { cli.Revoke(context.Background(), lease.ID); cli.Close() }, nil
+}
+
+// RoundTripFloor: one raw write.
+func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) error, func(), error) {
+	cli, err := dial(h.endpoints)
+	if err != nil {
+		return nil, nil, err
+	}
+	op := func(ctx context.Context) error {
+		_, err := cli.Put(ctx, "\x00dlock-bench-rtt", "x")
+		return err
+	}
+	return op, func() { cli.Close() }, nil
+}
+
+var _ locktest.Floors = (*harness)(nil)
+
+func TestConformance(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarness(1))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-member cluster: skipped in -short mode")
+	}
+	locktest.RunConformanceTests(t, newHarness(3))
+}
+
+func BenchmarkLocks(b *testing.B) {
+	locktest.RunBenchmarks(b, newHarness(1))
+}
+
+// BenchmarkConcurrencyMutexHotLock is the hot-lock hand-off scenario of
+// locktest.RunBenchmarks with etcd's own concurrency.Mutex, for comparison in
+// the same run: contenders goroutines over 4 clients, each with a session of
+// its own, hand one lock around.
+func BenchmarkConcurrencyMutexHotLock(b *testing.B) {
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("contenders=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			clis := make([]*clientv3.Client, 4)
+			for i := range clis {
+				clis[i] = newClient(b, shared.Endpoints())
+			}
+			rttOp, cleanup, err := (&harness{endpoints: shared.Endpoints()}).RoundTripFloor(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ds []time.Duration
+			for range 200 {
+				t0 := time.Now()
+				if err := rttOp(ctx); err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			cleanup()
+			rtt := medianOf(ds)
+			name := fmt.Sprintf("bench-native-%d-%d", n, time.Now().UnixNano())
+			mutexes := make([]*concurrency.Mutex, n)
+			for g := range mutexes {
+				s, err := concurrency.NewSession(clis[g%len(clis)], concurrency.WithTTL(30))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { s.Close() })
+				mutexes[g] = concurrency.NewMutex(s, name)
+			}
+			handoffs := hotLock(b, n, func(g int) error { return mutexes[g].Lock(ctx) }, func(g int) error { return mutexes[g].Unlock(ctx) })
+			reportHandoffs(b, handoffs, rtt)
+		})
+	}
+}
+
+// hotLock runs the hot-lock loop of locktest's benchmark over lock and
+// unlock functions and returns the hand-off latencies.
+func hotLock(b *testing.B, contenders int, lock, unlock func(g int) error) []time.Duration {
+	var (
+		remaining  atomic.Int64
+		releasedAt atomic.Int64
+		mu         sync.Mutex
+		handoffs   []time.Duration
+		wg         sync.WaitGroup
+		stop       atomic.Bool
+		errOnce    sync.Once
+		firstErr   error
+	)
+	remaining.Store(int64(b.N))
+	b.ResetTimer()
+	start := time.Now()
+	for g := range contenders {
+		wg.Go(func() {
+			for !stop.Load() {
+				if err := lock(g); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+				if at := releasedAt.Swap(0); at != 0 {
+					mu.Lock()
+					handoffs = append(handoffs, time.Duration(time.Now().UnixNano()-at))
+					mu.Unlock()
+				}
+				left := remaining.Add(-1)
+				releasedAt.Store(time.Now().UnixNano())
+				if left <= 0 {
+					stop.Store(true)
+				}
+				if err := unlock(g); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	return handoffs
+}
+
+func reportHandoffs(b *testing.B, handoffs []time.Duration, rtt time.Duration) {
+	if len(handoffs) == 0 {
+		return
+	}
+	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
+	p50 := handoffs[len(handoffs)/2]
+	p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
+	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
+	if rtt > 0 {
+		b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
+	}
+}
+
+func medianOf(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}

@@ -1,0 +1,939 @@
+// Package zklock is the dlock driver for Apache ZooKeeper.
+//
+// Import it for its side effect to make the zk:// URL scheme available to
+// dlock.Open, or call New with a *zk.Conn (github.com/go-zookeeper/zk) you
+// connected yourself:
+//
+//	import _ "github.com/dlock/dlock/zklock"
+//	client, err := dlock.Open(ctx, "zk://10.0.0.1:2181,10.0.0.2:2181/locks")
+//
+// # How a lock works
+//
+// Each lock name is a node <root>/<name> (created as a container node with
+// its missing parents, so the server removes it once it is empty again). A
+// request creates an ephemeral sequential child of it named
+//
+//	<32 hex digits of a random GUID>__lock__<10-digit sequence number>
+//
+// and the child with the lowest sequence number holds the lock. A waiter
+// watches only the child just before its own (no herd) and looks again when
+// it is deleted. The fencing token is the holder's czxid, the transaction ID
+// that created its node, which ZooKeeper makes strictly increasing.
+//
+// The GUID makes names protected, as in Curator and kazoo: when the reply to
+// a create is lost with the connection, the driver finds its node again by the
+// GUID instead of leaving an orphan that would block the queue. Every error
+// path of Acquire, including a cancelled context, deletes the request's node;
+// if the server cannot be reached at that moment the driver keeps trying in
+// the background until the node is gone or its session has ended.
+//
+// The naming is Python kazoo's Lock recipe (kazoo.recipe.lock.Lock): a dlock
+// lock on name X with root R and kazoo's client.Lock(R + "/" + X) exclude
+// each other and share one queue. The node's data is the owner string, as
+// kazoo stores its identifier there. Curator's InterProcessMutex names its
+// nodes differently (_c_<guid>-lock-<seq>) and is not recognised.
+//
+// # Sessions, TTL and loss
+//
+// Every node is bound to the connection's ZooKeeper session, and a grant
+// lives as long as that session. Grant.TTL reports Options.SessionTimeout. A
+// connection loss only suspends: go-zookeeper reconnects, within the session
+// timeout, to any server of the ensemble and the session and its nodes live
+// on. When the session expires, the Lost channel of every grant made in it
+// closes with a cause wrapping driver.ErrSessionLost; go-zookeeper then
+// establishes a new session, which serves later locks. A node deleted by
+// someone else is found by the next Renew (driver.ErrNotHeld).
+//
+// Re-entrance is per driver: the same owner taking the same name again on the
+// same driver increments a hold count kept by the driver. The same owner
+// string used through another connection queues like any other owner.
+//
+// Lock-delay is not supported: a request with LockDelay > 0 fails with
+// driver.ErrUnsupported.
+//
+// # Guarantees
+//
+// Mutual exclusion holds as far as ZooKeeper's ordering does: the queue is
+// decided by sequence numbers assigned by the leader, and a holder's node
+// outlives it by at most the session timeout. A holder partitioned from the
+// ensemble keeps believing it holds the lock until its session timeout passes
+// locally, while the server may already have expired its session; the dlock
+// package's validity deadline and the fencing token cover that window.
+package zklock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// DefaultRoot is the node under which lock nodes live when Options.Root is
+// empty.
+const DefaultRoot = "/dlock"
+
+// DefaultSessionTimeout is the session timeout reported as Grant.TTL (and,
+// for drivers opened from a URL, asked of the server) when
+// Options.SessionTimeout is zero.
+const DefaultSessionTimeout = 10 * time.Second
+
+// cleanupTimeout bounds how long Close waits for background cleanup.
+const cleanupTimeout = 5 * time.Second
+
+// nodeMarker separates the GUID from the sequence number in a node's name;
+// it is kazoo's Lock._NODE_NAME.
+const nodeMarker = "__lock__"
+
+// contender matches the lock nodes of a queue (kazoo's contender pattern).
+var contender = regexp.MustCompile(`__lock__(-?\d{10})$`)
+
+// Options configure a Driver. The zero value (or nil) gives the defaults.
+type Options struct {
+	// Root is the node under which every lock's node is created: the lock
+	// named X lives at Root + "/" + X. It must be an absolute ZooKeeper path
+	// without a trailing '/', or "/" itself. Default DefaultRoot. URL: the
+	// path after the hosts.
+	Root string
+	// SessionTimeout is the session timeout of the connection, reported as
+	// Grant.TTL. Pass the timeout you gave zk.Connect. Default
+	// DefaultSessionTimeout. URL: session_timeout.
+	SessionTimeout time.Duration
+	// ACL is set on every node the driver creates. Default
+	// zk.WorldACL(zk.PermAll). URL: acl=open (the default), acl=creator
+	// (only the authenticated creator may do anything) or acl=creator_read
+	// (creator all, everyone read).
+	ACL []zk.ACL
+}
+
+// Driver is a dlock driver over a ZooKeeper connection. It implements
+// driver.Driver, driver.Queuer and driver.NameChecker. It is safe for
+// concurrent use. Create it with New.
+type Driver struct {
+	conn     *zk.Conn
+	ownsConn bool
+	root     string
+	ttl      time.Duration
+	acl      []zk.ACL
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // session watchers
+	dwg    sync.WaitGroup // background deletes
+
+	smu  sync.Mutex
+	sess *session
+
+	mu    sync.Mutex
+	holds map[holdKey]*hold
+}
+
+var (
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.Queuer      = (*Driver)(nil)
+	_ driver.NameChecker = (*Driver)(nil)
+)
+
+// session is one ZooKeeper session as this driver saw it; done closes when
+// the driver learns that it expired (or the connection was closed).
+type session struct {
+	id   int64
+	done chan struct{}
+	err  error // set before done closes
+}
+
+func (s *session) lost() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *session) cause() error { return s.err }
+
+type holdKey struct{ name, owner string }
+
+type hold struct {
+	h       *handle
+	count   int
+	pending chan struct{} // non-nil while an acquire is in flight
+}
+
+// handle is the Grant.Handle of this driver.
+type handle struct {
+	path  string
+	czxid int64
+	sess  *session
+}
+
+// New returns a driver over conn. The driver does not close conn: Close stops
+// only the driver's own goroutines. opts may be nil.
+func New(conn *zk.Conn, opts *Options) (*Driver, error) {
+	if conn == nil {
+		return nil, errors.New("zklock: New: connection is nil")
+	}
+	return newDriver(conn, false, opts)
+}
+
+func newDriver(conn *zk.Conn, owns bool, opts *Options) (*Driver, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Root == "" {
+		o.Root = DefaultRoot
+	}
+	if err := checkRoot(o.Root); err != nil {
+		return nil, err
+	}
+	if o.SessionTimeout < 0 {
+		return nil, fmt.Errorf("zklock: SessionTimeout %v is negative", o.SessionTimeout)
+	}
+	if o.SessionTimeout == 0 {
+		o.SessionTimeout = DefaultSessionTimeout
+	}
+	if o.ACL == nil {
+		o.ACL = zk.WorldACL(zk.PermAll)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Driver{
+		conn:     conn,
+		ownsConn: owns,
+		root:     o.Root,
+		ttl:      o.SessionTimeout,
+		acl:      o.ACL,
+		ctx:      ctx,
+		cancel:   cancel,
+		holds:    map[holdKey]*hold{},
+	}, nil
+}
+
+func checkRoot(root string) error {
+	if root == "/" {
+		return nil
+	}
+	if !strings.HasPrefix(root, "/") || strings.HasSuffix(root, "/") {
+		return fmt.Errorf("zklock: root %q must start with '/' and not end with one", root)
+	}
+	if err := checkSegments(root[1:]); err != nil {
+		return fmt.Errorf("zklock: root %q: %v", root, err)
+	}
+	return nil
+}
+
+// CheckName implements driver.NameChecker: a name is a relative ZooKeeper
+// path. Its '/'-separated segments must be non-empty, must not be "." or
+// "..", must not contain characters ZooKeeper refuses, and must not look like
+// a lock node (end in __lock__ and ten digits).
+func (d *Driver) CheckName(name string) error {
+	if err := checkSegments(name); err != nil {
+		return err
+	}
+	if d.root == "/" && strings.SplitN(name, "/", 2)[0] == "zookeeper" {
+		return errors.New("zklock: names under /zookeeper are reserved by ZooKeeper")
+	}
+	return nil
+}
+
+func checkSegments(p string) error {
+	for _, seg := range strings.Split(p, "/") {
+		switch {
+		case seg == "":
+			return errors.New("zklock: empty path segment (leading, trailing or doubled '/')")
+		case seg == "." || seg == "..":
+			return fmt.Errorf("zklock: path segment %q is not allowed", seg)
+		case contender.MatchString(seg):
+			return fmt.Errorf("zklock: path segment %q looks like a lock node", seg)
+		}
+		for _, r := range seg {
+			if r == utf8.RuneError || r <= 0x1f || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff) {
+				return fmt.Errorf("zklock: character %U is not allowed in ZooKeeper paths", r)
+			}
+		}
+	}
+	return nil
+}
+
+// parent is the node under which name's queue lives.
+func (d *Driver) parent(name string) string {
+	if d.root == "/" {
+		return "/" + name
+	}
+	return d.root + "/" + name
+}
+
+// do runs a blocking go-zookeeper call, returning early with an error
+// wrapping ctx.Err() when ctx is done first. The call itself runs on.
+func do[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// session returns the session the driver is watching, starting to watch the
+// connection's current one if there is none or the old one is gone.
+func (d *Driver) session(ctx context.Context) (*session, error) {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	if s := d.sess; s != nil && !s.lost() && s.id == d.conn.SessionID() {
+		return s, nil
+	}
+	if d.ctx.Err() != nil {
+		return nil, errors.New("zklock: driver is closed")
+	}
+	// A data watch on "/" never fires for a change; it fires only when
+	// go-zookeeper drops all watches: the session expired or the
+	// connection was closed.
+	type res struct {
+		ch <-chan zk.Event
+		id int64
+	}
+	r, err := do(ctx, func() (res, error) {
+		_, _, ch, err := d.conn.ExistsW("/")
+		return res{ch, d.conn.SessionID()}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("zklock: %w", err)
+	}
+	s := &session{id: r.id, done: make(chan struct{})}
+	d.sess = s
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for {
+			select {
+			case ev := <-r.ch:
+				if ev.Type != zk.EventNotWatching {
+					// Not expected for "/", but keep watching.
+					_, _, ch, err := d.conn.ExistsW("/")
+					if err == nil {
+						r.ch = ch
+						continue
+					}
+					ev.Err = err
+				}
+				s.err = fmt.Errorf("zklock: session %#x: %v: %w", s.id, ev.Err, driver.ErrSessionLost)
+				close(s.done)
+				return
+			case <-d.ctx.Done():
+				s.err = fmt.Errorf("zklock: session %#x: driver closed: %w", s.id, driver.ErrSessionLost)
+				close(s.done)
+				return
+			}
+		}
+	}()
+	return s, nil
+}
+
+// TryAcquire implements driver.Driver: it creates the request's node and,
+// when it is not first in the queue, deletes it again and returns a
+// *driver.LockedError.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.acquire(ctx, req, false)
+}
+
+// Acquire implements driver.Queuer: it creates the request's node and waits,
+// watching only the node just before its own, until it is first. On any
+// error, including ctx being done or the session expiring while waiting, it
+// deletes its node before returning.
+func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.acquire(ctx, req, true)
+}
+
+func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
+	if req.LockDelay > 0 {
+		return driver.Grant{}, fmt.Errorf("zklock: lock-delay: %w", driver.ErrUnsupported)
+	}
+	// Every request refreshes the session on the server, so a grant lasts at
+	// least the session timeout from the last request that confirmed it;
+	// Grant.TTL counts from start, the moment the dlock package measures
+	// from.
+	start := time.Now()
+	hk := holdKey{req.Name, req.Owner}
+	for {
+		d.mu.Lock()
+		h := d.holds[hk]
+		if h == nil {
+			h = &hold{pending: make(chan struct{})}
+			d.holds[hk] = h
+			d.mu.Unlock()
+			g, err := d.enqueue(ctx, req, wait, start)
+			d.mu.Lock()
+			if err != nil {
+				delete(d.holds, hk)
+			} else {
+				h.h, h.count = g.Handle.(*handle), 1
+			}
+			close(h.pending)
+			h.pending = nil
+			d.mu.Unlock()
+			return g, err
+		}
+		if p := h.pending; p != nil {
+			d.mu.Unlock()
+			if !wait {
+				return driver.Grant{}, &driver.LockedError{}
+			}
+			select {
+			case <-p:
+				continue
+			case <-ctx.Done():
+				return driver.Grant{}, fmt.Errorf("zklock: acquire: %w", ctx.Err())
+			}
+		}
+		hd := h.h
+		d.mu.Unlock()
+		sent := time.Now()
+		ok, err := d.stillHeld(ctx, hd)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		d.mu.Lock()
+		if d.holds[hk] != h || h.pending != nil || h.h != hd {
+			d.mu.Unlock()
+			continue
+		}
+		if !ok {
+			delete(d.holds, hk)
+			d.mu.Unlock()
+			continue
+		}
+		h.count++
+		n := h.count
+		d.mu.Unlock()
+		return d.grant(hd, n, start, sent), nil
+	}
+}
+
+// grant describes h, confirmed by a request sent at sent.
+func (d *Driver) grant(h *handle, count int, start, sent time.Time) driver.Grant {
+	return driver.Grant{
+		Token:  uint64(h.czxid),
+		Count:  count,
+		TTL:    d.ttl + sent.Sub(start),
+		Handle: h,
+		Lost:   h.sess.done,
+		Cause:  h.sess.cause,
+	}
+}
+
+func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, error) {
+	if h.sess.lost() {
+		return false, nil
+	}
+	st, err := do(ctx, func() (*zk.Stat, error) {
+		ok, st, err := d.conn.Exists(h.path)
+		if err == nil && !ok {
+			st = nil
+		}
+		return st, err
+	})
+	if err != nil {
+		return false, fmt.Errorf("zklock: check node: %w", err)
+	}
+	return st != nil && st.Czxid == h.czxid, nil
+}
+
+// newPrefix returns a fresh protected node name prefix.
+func newPrefix() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("zklock: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:]) + nodeMarker
+}
+
+func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bool, start time.Time) (driver.Grant, error) {
+	sess, err := d.session(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	parent := d.parent(req.Name)
+	prefix := newPrefix()
+	created := make(chan createResult, 1)
+	go func() { created <- d.create(parent, prefix, []byte(req.Owner)) }()
+	var path string
+	select {
+	case r := <-created:
+		if r.err != nil {
+			if r.unknown {
+				d.discard(parent, prefix, "", nil)
+			}
+			return driver.Grant{}, wrapCtx(ctx, "zklock: create", r.err)
+		}
+		path = r.path
+	case <-ctx.Done():
+		// The create may still succeed: delete whatever it makes.
+		d.discard(parent, prefix, "", created)
+		return driver.Grant{}, fmt.Errorf("zklock: create: %w", ctx.Err())
+	}
+	g, err := d.wait(ctx, sess, parent, path, wait, start)
+	if err != nil {
+		d.discard(parent, prefix, path, nil)
+		return driver.Grant{}, err
+	}
+	return g, nil
+}
+
+type createResult struct {
+	path    string
+	err     error
+	unknown bool // the node may exist
+}
+
+// create makes the ephemeral sequential node parent/prefix<seq>, creating
+// missing parents, and finds it again by its prefix when the reply was lost.
+func (d *Driver) create(parent, prefix string, data []byte) createResult {
+	var err error
+	for range 5 {
+		var p string
+		p, err = d.conn.Create(parent+"/"+prefix, data, zk.FlagEphemeralSequential, d.acl)
+		switch {
+		case err == nil:
+			return createResult{path: p}
+		case errors.Is(err, zk.ErrNoNode):
+			if perr := d.ensureParents(parent); perr != nil {
+				return createResult{err: perr}
+			}
+		case errors.Is(err, zk.ErrSessionExpired):
+			// The node cannot exist; try again in the new session.
+		case connLoss(err):
+			p, ferr := d.find(parent, prefix)
+			if ferr != nil {
+				return createResult{err: err, unknown: true}
+			}
+			if p != "" {
+				return createResult{path: p}
+			}
+		default:
+			return createResult{err: err}
+		}
+	}
+	return createResult{err: err, unknown: true}
+}
+
+// ensureParents creates parent and its missing ancestors as container nodes
+// (the root and every level of a name with '/').
+func (d *Driver) ensureParents(parent string) error {
+	parts := strings.Split(parent[1:], "/")
+	for i := range parts {
+		p := "/" + strings.Join(parts[:i+1], "/")
+		_, err := d.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("zklock: create %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// find returns the path of parent's child whose name starts with prefix, or
+// "" when there is none.
+func (d *Driver) find(parent, prefix string) (string, error) {
+	children, _, err := d.conn.Children(parent)
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, c := range children {
+		if strings.HasPrefix(c, prefix) {
+			return parent + "/" + c, nil
+		}
+	}
+	return "", nil
+}
+
+// queue returns the lock nodes among children, in queue order.
+func queue(children []string) []string {
+	type entry struct {
+		name string
+		seq  int64
+	}
+	var es []entry
+	for _, c := range children {
+		m := contender.FindStringSubmatch(c)
+		if m == nil {
+			continue
+		}
+		seq, _ := strconv.ParseInt(m[1], 10, 64)
+		es = append(es, entry{c, seq})
+	}
+	slices.SortFunc(es, func(a, b entry) int {
+		if a.seq != b.seq {
+			return int(a.seq - b.seq)
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.name
+	}
+	return out
+}
+
+// wait reads the queue and, when the node at path is not first and wait is
+// set, waits for its predecessors to go.
+func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, wait bool, start time.Time) (driver.Grant, error) {
+	own := path[len(parent)+1:]
+	// The node's stat (its czxid) and the queue in one round trip.
+	type statRes struct {
+		st  *zk.Stat
+		err error
+	}
+	stc := make(chan statRes, 1)
+	go func() {
+		ok, st, err := d.conn.Exists(path)
+		if err == nil && !ok {
+			st = nil
+		}
+		stc <- statRes{st, err}
+	}()
+	var stat *zk.Stat
+	for {
+		sent := time.Now()
+		children, err := do(ctx, func() ([]string, error) {
+			c, _, err := d.conn.Children(parent)
+			return c, err
+		})
+		if connLoss(err) && !sess.lost() && d.ctx.Err() == nil {
+			// Connection loss only suspends: ask again once reconnected.
+			if err := pause(ctx); err != nil {
+				return driver.Grant{}, err
+			}
+			continue
+		}
+		if err != nil {
+			if sess.lost() {
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+			}
+			return driver.Grant{}, wrapCtx(ctx, "zklock: list queue", err)
+		}
+		if stat == nil {
+			var r statRes
+			select {
+			case r = <-stc:
+			case <-ctx.Done():
+				return driver.Grant{}, fmt.Errorf("zklock: stat: %w", ctx.Err())
+			}
+			if r.err != nil {
+				return driver.Grant{}, fmt.Errorf("zklock: stat %s: %w", path, r.err)
+			}
+			stat = r.st
+			if stat == nil {
+				return driver.Grant{}, fmt.Errorf("zklock: node %s vanished: %w", path, driver.ErrSessionLost)
+			}
+			if stat.EphemeralOwner != sess.id {
+				// The session changed between our look and the create.
+				if sess, err = d.session(ctx); err != nil {
+					return driver.Grant{}, err
+				}
+				if stat.EphemeralOwner != sess.id {
+					return driver.Grant{}, fmt.Errorf("zklock: node %s belongs to session %#x, not %#x: %w", path, stat.EphemeralOwner, sess.id, driver.ErrSessionLost)
+				}
+			}
+		}
+		q := queue(children)
+		i := slices.Index(q, own)
+		switch {
+		case i < 0:
+			if sess.lost() {
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+			}
+			return driver.Grant{}, fmt.Errorf("zklock: node %s was deleted while waiting: %w", path, driver.ErrSessionLost)
+		case i == 0:
+			return d.grant(&handle{path: path, czxid: stat.Czxid, sess: sess}, 1, start, sent), nil
+		case !wait:
+			return driver.Grant{}, &driver.LockedError{}
+		}
+		pred := parent + "/" + q[i-1]
+		type watchRes struct {
+			ok bool
+			ch <-chan zk.Event
+		}
+		w, err := do(ctx, func() (watchRes, error) {
+			ok, _, ch, err := d.conn.ExistsW(pred)
+			return watchRes{ok, ch}, err
+		})
+		if connLoss(err) && !sess.lost() && d.ctx.Err() == nil {
+			if err := pause(ctx); err != nil {
+				return driver.Grant{}, err
+			}
+			continue
+		}
+		if err != nil {
+			if sess.lost() {
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+			}
+			return driver.Grant{}, wrapCtx(ctx, "zklock: watch predecessor", err)
+		}
+		if !w.ok {
+			continue
+		}
+		select {
+		case <-w.ch:
+		case <-sess.done:
+			return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+		case <-ctx.Done():
+			return driver.Grant{}, fmt.Errorf("zklock: wait: %w", ctx.Err())
+		case <-d.ctx.Done():
+			return driver.Grant{}, errors.New("zklock: driver is closed")
+		}
+	}
+}
+
+// discard deletes the node parent/prefix<seq> in the background: path when
+// known, else whatever child has the prefix (after pending, when not nil,
+// delivers the outcome of a create still in flight). It keeps trying until
+// the node is gone, the session that made it has ended, or the driver
+// closes, so no error path leaves a node blocking the queue.
+func (d *Driver) discard(parent, prefix, path string, pending <-chan createResult) {
+	sess := d.currentSession()
+	if pending == nil {
+		// Try at once, so that a failed TryAcquire leaves nothing behind
+		// when it returns.
+		ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+		_, err := do(ctx, func() (struct{}, error) { return struct{}{}, d.tryDiscard(parent, prefix, path) })
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	d.dwg.Add(1)
+	go func() {
+		defer d.dwg.Done()
+		if pending != nil {
+			select {
+			case r := <-pending:
+				if r.err != nil && !r.unknown {
+					return
+				}
+				path = r.path
+			case <-d.ctx.Done():
+				return
+			}
+		}
+		delay := 20 * time.Millisecond
+		for {
+			if d.tryDiscard(parent, prefix, path) == nil {
+				return
+			}
+			if sess != nil && sess.lost() {
+				return // ephemeral nodes went with the session
+			}
+			select {
+			case <-d.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			delay = min(2*delay, time.Second)
+		}
+	}()
+}
+
+func (d *Driver) tryDiscard(parent, prefix, path string) error {
+	if path == "" {
+		var err error
+		if path, err = d.find(parent, prefix); err != nil || path == "" {
+			return err
+		}
+	}
+	err := d.conn.Delete(path, -1)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
+}
+
+func (d *Driver) currentSession() *session {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.sess
+}
+
+// Release implements driver.Driver. The last release deletes the holder's
+// own node (its path is unique: GUID and sequence number), so it can never
+// delete a newer holder's node.
+func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
+	hd, ok := l.Handle.(*handle)
+	if !ok || hd == nil {
+		return 0, fmt.Errorf("zklock: release: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
+	}
+	hk := holdKey{l.Name, l.Owner}
+	d.mu.Lock()
+	h := d.holds[hk]
+	if h != nil && h.pending == nil && h.h == hd && h.count > 1 {
+		h.count--
+		n := h.count
+		d.mu.Unlock()
+		ok, err := d.stillHeld(ctx, hd)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			d.forget(hk, hd)
+			return 0, fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)
+		}
+		return n, nil
+	}
+	if h != nil && h.pending == nil && h.h == hd {
+		delete(d.holds, hk)
+	}
+	d.mu.Unlock()
+	_, err := do(ctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(hd.path, 0) })
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return 0, fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)
+	case errors.Is(err, zk.ErrBadVersion):
+		return 0, fmt.Errorf("zklock: node %s was changed by someone else: %w", hd.path, driver.ErrNotHeld)
+	case err != nil:
+		return 0, wrapCtx(ctx, "zklock: release", err)
+	}
+	return 0, nil
+}
+
+func (d *Driver) forget(hk holdKey, hd *handle) {
+	d.mu.Lock()
+	if h := d.holds[hk]; h != nil && h.h == hd {
+		delete(d.holds, hk)
+	}
+	d.mu.Unlock()
+}
+
+// renewParallel bounds the Exists requests one Renew has in flight.
+const renewParallel = 64
+
+// Renew implements driver.Driver. The session is kept alive by go-zookeeper's
+// pings; Renew proves it alive and each node still ours with one Exists per
+// lease, all pipelined on the connection (one round trip of latency).
+func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	errs := make([]error, len(ls))
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	unknown := 0
+	var firstErr error
+	for i, l := range ls {
+		hd, ok := l.Handle.(*handle)
+		if !ok || hd == nil {
+			errs[i] = fmt.Errorf("zklock: renew: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
+			continue
+		}
+		if hd.sess.lost() {
+			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, hd.sess.cause())
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("zklock: renew: %w", ctx.Err())
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			st, err := do(ctx, func() (*zk.Stat, error) {
+				ok, st, err := d.conn.Exists(hd.path)
+				if err == nil && !ok {
+					st = nil
+				}
+				return st, err
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				errs[i] = fmt.Errorf("zklock: renew: %w", err)
+				unknown++
+				firstErr = err
+			case st == nil || st.Czxid != hd.czxid:
+				errs[i] = fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)
+			case st.EphemeralOwner != d.conn.SessionID():
+				errs[i] = fmt.Errorf("zklock: node %s outlived its session: %w", hd.path, driver.ErrNotHeld)
+			}
+		})
+	}
+	wg.Wait()
+	if unknown > 0 && unknown == len(ls) {
+		return nil, wrapCtx(ctx, "zklock: renew", firstErr)
+	}
+	return errs, nil
+}
+
+// Close implements driver.Driver: it waits a few seconds at most for pending
+// deletes of abandoned queue nodes, then stops the driver's goroutines. It
+// closes the connection (ending the session, which deletes its nodes) only
+// when the driver opened it (through a URL).
+func (d *Driver) Close() error {
+	waited := make(chan struct{})
+	go func() {
+		d.dwg.Wait()
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(cleanupTimeout):
+	}
+	d.kill()
+	if d.ownsConn {
+		d.conn.Close()
+	}
+	return nil
+}
+
+// kill stops the driver's goroutines without any cleanup (also the test hook
+// for a crash).
+func (d *Driver) kill() {
+	d.cancel()
+	d.wg.Wait()
+	d.dwg.Wait()
+}
+
+// connLoss reports whether err is a lost or missing connection, after which
+// a request may be repeated.
+func connLoss(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
+
+// pause waits a moment before a request is repeated after a connection loss.
+func pause(ctx context.Context) error {
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("zklock: wait: %w", ctx.Err())
+	}
+}
+
+func wrapCtx(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %w (%v)", what, cerr, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

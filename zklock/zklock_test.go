@@ -1,0 +1,617 @@
+package zklock
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// shared is one standalone ZooKeeper for the tests that do not break servers.
+var shared *zkCluster
+
+func TestMain(m *testing.M) {
+	var err error
+	shared, err = startZK(1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "zklock tests: cannot start ZooKeeper:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	shared.stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+const testSession = 2 * time.Second
+
+// connect opens a connection to servers and waits for its session.
+func connect(servers []string, timeout time.Duration) (*zk.Conn, error) {
+	conn, events, err := zk.Connect(servers, timeout, zk.WithLogger(nopLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				go func() {
+					for range events {
+					}
+				}()
+				return conn, nil
+			}
+		case <-deadline:
+			conn.Close()
+			return nil, errors.New("no ZooKeeper session within 20s")
+		}
+	}
+}
+
+func newConn(t testing.TB, servers []string) *zk.Conn {
+	t.Helper()
+	conn, err := connect(servers, testSession)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	return conn
+}
+
+func newTestDriver(t testing.TB, conn *zk.Conn, opts *Options) *Driver {
+	t.Helper()
+	if opts == nil {
+		opts = &Options{SessionTimeout: testSession}
+	}
+	d, err := New(conn, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func req(name, owner string) driver.AcquireRequest {
+	return driver.AcquireRequest{Name: name, Owner: owner, TTL: time.Second}
+}
+
+func lease(name, owner string, g driver.Grant) driver.Lease {
+	return driver.Lease{Name: name, Owner: owner, Token: g.Token, Handle: g.Handle, TTL: g.TTL}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// children lists the lock nodes under path.
+func children(t testing.TB, conn *zk.Conn, path string) []string {
+	t.Helper()
+	cs, _, err := conn.Children(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue(cs)
+}
+
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not true within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTryAcquireExcludesAndTokensIncrease(t *testing.T) {
+	conn := newConn(t, shared.endpoints())
+	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, req("t1", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ga.Count != 1 || ga.Token == 0 || ga.TTL < testSession || ga.TTL > testSession+time.Second || ga.Lost == nil {
+		t.Fatalf("grant = %+v", ga)
+	}
+	_, err = b.TryAcquire(ctx, req("t1", "B"))
+	var le *driver.LockedError
+	if !errors.As(err, &le) {
+		t.Fatalf("second TryAcquire: %v, want LockedError", err)
+	}
+	if cs := children(t, conn, "/dlock/t1"); len(cs) != 1 {
+		t.Fatalf("nodes after failed TryAcquire: %q, want only the holder's", cs)
+	}
+	if n, err := a.Release(ctx, lease("t1", "A", ga)); err != nil || n != 0 {
+		t.Fatalf("Release = %d, %v", n, err)
+	}
+	gb, err := b.TryAcquire(ctx, req("t1", "B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gb.Token <= ga.Token {
+		t.Fatalf("token %d after %d: not increasing", gb.Token, ga.Token)
+	}
+	if _, err := a.Release(ctx, lease("t1", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("stale Release: %v, want ErrNotHeld", err)
+	}
+	if errs, err := b.Renew(ctx, []driver.Lease{lease("t1", "B", gb)}); err != nil || errs[0] != nil {
+		t.Fatalf("B's grant after a stale release: %v %v", errs, err)
+	}
+}
+
+func TestReentranceAndOwners(t *testing.T) {
+	conn := newConn(t, shared.endpoints())
+	d := newTestDriver(t, conn, nil)
+	ctx := ctxT(t, 10*time.Second)
+	g1, err := d.TryAcquire(ctx, req("t2", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquire(ctx, req("t2", "B")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("other owner on the same driver: %v, want ErrLocked", err)
+	}
+	g2, err := d.Acquire(ctx, req("t2", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Count != 2 || g2.Token != g1.Token {
+		t.Fatalf("re-entry grant %+v after %+v", g2, g1)
+	}
+	if n, err := d.Release(ctx, lease("t2", "A", g2)); err != nil || n != 1 {
+		t.Fatalf("first Release = %d, %v", n, err)
+	}
+	if n, err := d.Release(ctx, lease("t2", "A", g1)); err != nil || n != 0 {
+		t.Fatalf("second Release = %d, %v", n, err)
+	}
+	if cs := children(t, conn, "/dlock/t2"); len(cs) != 0 {
+		t.Fatalf("nodes left: %q", cs)
+	}
+}
+
+func TestAcquireQueuesInOrder(t *testing.T) {
+	conn := newConn(t, shared.endpoints())
+	a := newTestDriver(t, conn, nil)
+	ctx := ctxT(t, 20*time.Second)
+	ga, err := a.TryAcquire(ctx, req("t3", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who string
+		g   driver.Grant
+		err error
+	}
+	got := make(chan result, 2)
+	for i, who := range []string{"B", "C"} {
+		d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+		go func() {
+			g, err := d.Acquire(ctx, req("t3", who))
+			got <- result{who, g, err}
+			if err == nil {
+				d.Release(context.Background(), lease("t3", who, g))
+			}
+		}()
+		eventually(t, 5*time.Second, who+" queued", func() bool { return len(children(t, conn, "/dlock/t3")) == i+2 })
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("%s acquired while A holds: %v", r.who, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := a.Release(ctx, lease("t3", "A", ga)); err != nil {
+		t.Fatal(err)
+	}
+	prev := ga.Token
+	for _, want := range []string{"B", "C"} {
+		r := <-got
+		if r.err != nil || r.who != want {
+			t.Fatalf("got %s (%v), want %s", r.who, r.err, want)
+		}
+		if r.g.Token <= prev {
+			t.Fatalf("token %d not above %d", r.g.Token, prev)
+		}
+		prev = r.g.Token
+	}
+}
+
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	conn := newConn(t, shared.endpoints())
+	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, req("t4", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(wctx, req("t4", "B"))
+		done <- err
+	}()
+	eventually(t, 5*time.Second, "B queued", func() bool { return len(children(t, conn, "/dlock/t4")) == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
+	}
+	eventually(t, 5*time.Second, "B's node deleted", func() bool { return len(children(t, conn, "/dlock/t4")) == 1 })
+	// Cancelled before it even starts: nothing is created, or it is deleted.
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := b.Acquire(cctx, req("t4", "B")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with a cancelled context: %v", err)
+	}
+	eventually(t, 5*time.Second, "no node of B", func() bool { return len(children(t, conn, "/dlock/t4")) == 1 })
+	a.Release(ctx, lease("t4", "A", ga))
+}
+
+func TestRenewFindsDeletedNode(t *testing.T) {
+	conn := newConn(t, shared.endpoints())
+	d := newTestDriver(t, conn, nil)
+	ctx := ctxT(t, 10*time.Second)
+	g1, err := d.TryAcquire(ctx, req("t5a", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquire(ctx, req("t5b", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Delete(g1.Handle.(*handle).path, -1); err != nil {
+		t.Fatal(err)
+	}
+	errs, err := d.Renew(ctx, []driver.Lease{lease("t5a", "A", g1), lease("t5b", "A", g2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs[0], driver.ErrNotHeld) || errs[1] != nil {
+		t.Fatalf("Renew errs = %v, want [ErrNotHeld nil]", errs)
+	}
+}
+
+// TestSessionExpiry cuts a holder's connection until its session expires:
+// its grant's Lost closes with ErrSessionLost, a waiter on the same session
+// stops, and the driver serves later locks on a new session.
+func TestSessionExpiry(t *testing.T) {
+	p, err := newProxy(shared.endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	conn := newConn(t, []string{p.addr()})
+	d := newTestDriver(t, conn, nil)
+	other := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	ctx := ctxT(t, 30*time.Second)
+	g, err := d.TryAcquire(ctx, req("t6", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gOther, err := other.TryAcquire(ctx, req("t6w", "X"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(ctx, req("t6w", "W"))
+		wait <- err
+	}()
+	admin := newConn(t, shared.endpoints())
+	eventually(t, 5*time.Second, "W queued", func() bool { return len(children(t, admin, "/dlock/t6w")) == 2 })
+	// Cut the connection; the proxy refuses reconnects until the session
+	// has expired on the server.
+	addr := p.addr()
+	p.close()
+	eventually(t, 10*time.Second, "holder's node deleted by expiry", func() bool { return len(children(t, admin, "/dlock/t6")) == 0 })
+	p2, err := newProxyAt(addr, shared.endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.close()
+	select {
+	case <-g.Lost:
+		if !errors.Is(g.Cause(), driver.ErrSessionLost) {
+			t.Fatalf("Cause = %v", g.Cause())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost not closed after the session expired")
+	}
+	select {
+	case err := <-wait:
+		if !errors.Is(err, driver.ErrSessionLost) {
+			t.Fatalf("waiter whose session expired: %v, want ErrSessionLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter kept waiting after its session expired")
+	}
+	errs, err := d.Renew(ctx, []driver.Lease{lease("t6", "A", g)})
+	if err != nil || !errors.Is(errs[0], driver.ErrNotHeld) {
+		t.Fatalf("Renew after expiry: %v %v", errs, err)
+	}
+	g2, err := d.TryAcquire(ctx, req("t6", "A"))
+	if err != nil {
+		t.Fatalf("TryAcquire on a new session: %v", err)
+	}
+	if g2.Token <= g.Token {
+		t.Fatalf("token %d after %d", g2.Token, g.Token)
+	}
+	d.Release(ctx, lease("t6", "A", g2))
+	other.Release(ctx, lease("t6w", "X", gOther))
+}
+
+func TestLockDelayUnsupported(t *testing.T) {
+	d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	r := req("t7", "A")
+	r.LockDelay = time.Second
+	if _, err := d.TryAcquire(ctxT(t, 5*time.Second), r); !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("LockDelay: %v, want ErrUnsupported", err)
+	}
+}
+
+func TestNestedNamesAreIndependent(t *testing.T) {
+	a, b := newTestDriver(t, newConn(t, shared.endpoints()), nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := a.TryAcquire(ctx, req("t8/x", "A")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"t8", "t8/x/y"} {
+		if _, err := b.TryAcquire(ctx, req(name, "B")); err != nil {
+			t.Fatalf("TryAcquire %q while %q is held: %v", name, "t8/x", err)
+		}
+	}
+}
+
+func TestCheckName(t *testing.T) {
+	d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	for _, ok := range []string{"a", "a/b", "orders.42", "ü"} {
+		if err := d.CheckName(ok); err != nil {
+			t.Errorf("CheckName(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"/a", "a/", "a//b", ".", "a/..", "x\u0085", "a/0123456789abcdef0123456789abcdef__lock__0000000001"} {
+		if err := d.CheckName(bad); err == nil {
+			t.Errorf("CheckName(%q) accepted", bad)
+		}
+	}
+	root := newTestDriver(t, newConn(t, shared.endpoints()), &Options{Root: "/"})
+	if err := root.CheckName("zookeeper/x"); err == nil {
+		t.Error("CheckName(zookeeper/x) under / accepted")
+	}
+}
+
+func TestNewRejectsBadInput(t *testing.T) {
+	if _, err := New(nil, nil); err == nil {
+		t.Fatal("New(nil) succeeded")
+	}
+	for _, root := range []string{"x", "/x/", "/a//b"} {
+		if _, err := New(&zk.Conn{}, &Options{Root: root}); err == nil || !strings.Contains(err.Error(), "root") {
+			t.Errorf("root %q: %v", root, err)
+		}
+	}
+	if _, err := New(&zk.Conn{}, &Options{SessionTimeout: -1}); err == nil {
+		t.Error("negative SessionTimeout accepted")
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url, err string
+		check    func([]string, *Options, string) bool
+	}{
+		{url: "zk://a:1,b:2", check: func(s []string, o *Options, auth string) bool {
+			return strings.Join(s, ",") == "a:1,b:2" && o.Root == "" && auth == ""
+		}},
+		{url: "zk://a/locks/app?session_timeout=5s&acl=creator_read", err: "creator needs"},
+		{url: "zk://u:s3cret@a/locks/app?session_timeout=5s&acl=creator_read", check: func(s []string, o *Options, auth string) bool {
+			return s[0] == "a:2181" && o.Root == "/locks/app" && o.SessionTimeout == 5*time.Second && auth == "u:s3cret" && len(o.ACL) == 2
+		}},
+		{url: "zk://u:s3cret@a?bogus=1", err: `unknown url parameter "bogus"`},
+		{url: "zk://a?acl=everyone", err: "acl"},
+		{url: "zk://a/x/", err: "root"},
+		{url: "zk:///x", err: "no hosts"},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, o, auth, _, err := parseURL(u)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want %q", tc.url, err, tc.err)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("%s: error shows the password: %v", tc.url, err)
+			}
+			continue
+		}
+		if err != nil || !tc.check(s, o, auth) {
+			t.Errorf("%s: %v %+v %q %v", tc.url, s, o, auth, err)
+		}
+	}
+}
+
+func TestOpenURLWithDigestAuth(t *testing.T) {
+	u, _ := url.Parse("zk://alice:pw@" + strings.Join(shared.endpoints(), ",") + "/authlocks?session_timeout=2s&acl=creator")
+	d, err := OpenURL(ctxT(t, 20*time.Second), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	g, err := d.TryAcquire(ctxT(t, 5*time.Second), req("x", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without alice's credentials the queue cannot be joined.
+	stranger := newTestDriver(t, newConn(t, shared.endpoints()), &Options{Root: "/authlocks", SessionTimeout: testSession})
+	if _, err := stranger.TryAcquire(ctxT(t, 5*time.Second), req("x", "B")); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("TryAcquire without auth: %v, want ErrNoAuth", err)
+	}
+	if _, err := d.Release(ctxT(t, 5*time.Second), lease("x", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := url.Parse("zk://127.0.0.1:1?connect_timeout=300ms")
+	if _, err := OpenURL(ctxT(t, 5*time.Second), bad); err == nil {
+		t.Fatal("OpenURL to a closed port succeeded")
+	}
+}
+
+// kazooScript holds or tries a kazoo Lock, driven over stdin/stdout.
+const kazooScript = `
+import sys
+from kazoo.client import KazooClient
+zk = KazooClient(hosts=sys.argv[1])
+zk.start(timeout=15)
+lock = zk.Lock(sys.argv[2], "kazoo")
+mode = sys.argv[3]
+if mode == "try":
+    got = lock.acquire(blocking=False)
+    print("got" if got else "busy", flush=True)
+    if got:
+        lock.release()
+else:
+    print("waiting", flush=True)
+    lock.acquire()
+    print("locked", flush=True)
+    sys.stdin.readline()
+    lock.release()
+    print("released", flush=True)
+zk.stop()
+zk.close()
+`
+
+type kazoo struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func startKazoo(t *testing.T, path, mode string) *kazoo {
+	t.Helper()
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	if err := exec.Command(python, "-c", "import kazoo").Run(); err != nil {
+		t.Skip("python3-kazoo is not installed")
+	}
+	script := filepath.Join(t.TempDir(), "kazoo_lock.py")
+	if err := os.WriteFile(script, []byte(kazooScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, script, strings.Join(shared.endpoints(), ","), path, mode)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	k := &kazoo{cmd: cmd, stdin: stdin, lines: make(chan string, 10)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			k.lines <- sc.Text()
+		}
+		close(k.lines)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return k
+}
+
+func (k *kazoo) expect(t *testing.T, want string, within time.Duration) {
+	t.Helper()
+	select {
+	case got, ok := <-k.lines:
+		if !ok || got != want {
+			t.Fatalf("kazoo said %q (open %v), want %q", got, ok, want)
+		}
+	case <-time.After(within):
+		t.Fatalf("kazoo did not say %q within %v", want, within)
+	}
+}
+
+func (k *kazoo) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case got := <-k.lines:
+		t.Fatalf("kazoo said %q, want nothing yet", got)
+	case <-time.After(d):
+	}
+}
+
+// TestInteropWithKazoo shows that a dlock lock and Python kazoo's Lock on the
+// same path exclude each other and share one queue.
+func TestInteropWithKazoo(t *testing.T) {
+	d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	ctx := ctxT(t, 60*time.Second)
+
+	// kazoo holds: dlock is refused, then queues and gets the lock when
+	// kazoo releases.
+	k := startKazoo(t, "/dlock/kazoo1", "hold")
+	k.expect(t, "waiting", 20*time.Second)
+	k.expect(t, "locked", 20*time.Second)
+	if _, err := d.TryAcquire(ctx, req("kazoo1", "A")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("dlock TryAcquire while kazoo holds: %v, want ErrLocked", err)
+	}
+	var acquired atomic.Bool
+	got := make(chan driver.Grant, 1)
+	go func() {
+		g, err := d.Acquire(ctx, req("kazoo1", "A"))
+		if err != nil {
+			t.Error(err)
+		}
+		acquired.Store(true)
+		got <- g
+	}()
+	admin := newConn(t, shared.endpoints())
+	eventually(t, 5*time.Second, "dlock queued behind kazoo", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
+	if acquired.Load() {
+		t.Fatal("dlock acquired while kazoo holds")
+	}
+	io.WriteString(k.stdin, "release\n")
+	k.expect(t, "released", 10*time.Second)
+	g := <-got
+
+	// dlock holds: kazoo's non-blocking acquire fails; its blocking
+	// acquire waits until dlock releases.
+	try := startKazoo(t, "/dlock/kazoo1", "try")
+	try.expect(t, "busy", 20*time.Second)
+	w := startKazoo(t, "/dlock/kazoo1", "hold")
+	w.expect(t, "waiting", 20*time.Second)
+	eventually(t, 20*time.Second, "kazoo queued behind dlock", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
+	w.quiet(t, 300*time.Millisecond)
+	if _, err := d.Release(ctx, lease("kazoo1", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(t, "locked", 10*time.Second)
+	io.WriteString(w.stdin, "release\n")
+	w.expect(t, "released", 10*time.Second)
+}

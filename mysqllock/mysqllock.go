@@ -135,6 +135,9 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 	return &Driver{db: db, ownDB: own, mode: o.Mode, table: o.Table, q: newQueries(o.Table), holds: map[string]*hold{}}, nil
 }
 
+// maxURLConns is the connection limit of a *sql.DB opened from a URL.
+const maxURLConns = 32
+
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	opts, dsn, err := ParseURL(u)
 	if err != nil {
@@ -149,6 +152,10 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return nil, sqlcommon.Redact(fmt.Errorf("mysqllock: %w", err), u)
 	}
 	db := sql.OpenDB(conn)
+	// Bound the burst of many waiters polling at once; session modes pin one
+	// connection per held lock, so this also bounds the locks a URL-opened
+	// driver can hold at once. Pass your own *sql.DB to New for other limits.
+	db.SetMaxOpenConns(maxURLConns)
 	db.SetMaxIdleConns(8)
 	d, err := newDriver(db, true, opts)
 	if err != nil {

@@ -19,15 +19,19 @@ import (
 // own re-entrance never comes into play). It is the Handle of every grant on
 // it.
 type hold struct {
-	name   string
-	owner  string
-	token  uint64
-	lost   *sqlcommon.Lost
+	name  string
+	owner string
+	token uint64
+	lost  *sqlcommon.Lost
 
 	mu    sync.Mutex // serialises use of conn
 	conn  *sql.Conn
 	count int
 }
+
+// pinTimeout bounds the wait for a free connection to pin: TryAcquire must
+// not hang when held locks pin every connection the *sql.DB may open.
+const pinTimeout = 3 * time.Second
 
 // waitTimeout is the wait_timeout armed on a pinned session: the TTL in
 // whole seconds, rounded up.
@@ -56,8 +60,13 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 		d.dropHold(h) // lost or released meanwhile: acquire afresh
 	}
 
-	conn, err := d.db.Conn(ctx)
+	pctx, cancel := context.WithTimeout(ctx, pinTimeout)
+	conn, err := d.db.Conn(pctx)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && pctx.Err() != nil {
+			return driver.Grant{}, fmt.Errorf("mysqllock: acquire: no free connection within %v (every held lock pins one; see sql.DB.SetMaxOpenConns)", pinTimeout)
+		}
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: pinning a connection: %w", err)
 	}
 	h = &hold{name: req.Name, owner: req.Owner, conn: conn, count: 1, lost: sqlcommon.NewLost()}

@@ -148,10 +148,20 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 			return err
 		}
 		l.mu.Lock()
-		for s := range l.subs[n.Payload] {
-			s.wake()
-		}
+		l.wakeOne(n.Payload)
 		l.mu.Unlock()
+	}
+}
+
+// wakeOne wakes one local subscriber of name that has no wake pending: only
+// one waiter per process can take a freed lock, so waking the rest would
+// only make them race and go back to sleep. A subscriber that closes with
+// its wake unconsumed passes it on (see subscription.Close). l.mu is held.
+func (l *listener) wakeOne(name string) {
+	for s := range l.subs[name] {
+		if s.wake() {
+			return
+		}
 	}
 }
 
@@ -186,10 +196,13 @@ type subscription struct {
 
 func (s *subscription) C() <-chan struct{} { return s.c }
 
-func (s *subscription) wake() {
+// wake signals s; false if a signal was already pending.
+func (s *subscription) wake() bool {
 	select {
 	case s.c <- struct{}{}:
+		return true
 	default:
+		return false
 	}
 }
 
@@ -202,6 +215,13 @@ func (s *subscription) Close() error {
 			if len(m) == 0 {
 				delete(s.l.subs, s.name)
 			}
+		}
+		select {
+		case <-s.c:
+			// An unconsumed wake: the lock may be free and nobody else
+			// here was told. Hand it on.
+			s.l.wakeOne(s.name)
+		default:
 		}
 		s.l.mu.Unlock()
 	})

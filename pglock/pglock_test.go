@@ -341,3 +341,77 @@ func TestNewKeepsUserPool(t *testing.T) {
 		t.Fatalf("user's pool closed by Close: %v", err)
 	}
 }
+
+// TestWaiterConnections measures what 100 goroutines waiting on one held
+// lock through one driver cost in connections: none is pinned (only holders
+// pin), the pool opens a few for the polls, and the driver keeps one LISTEN
+// connection outside the pool.
+func TestWaiterConnections(t *testing.T) {
+	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			hn, err := newHarnessFor(mode)(ctx, t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := hn.(*harness)
+			defer h.Close()
+			da, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dw, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := dlock.New(da, &dlock.Options{TTL: 10 * time.Second})
+			w := dlock.New(dw, &dlock.Options{TTL: 10 * time.Second})
+			defer a.Close()
+			defer w.Close()
+			name := randomName("waiters")
+			la, err := a.NewMutex(name, nil).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for i := 0; i < 100; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if l, err := w.NewMutex(name, nil).Lock(wctx); err == nil {
+						_ = l.Unlock(ctx)
+						t.Error("a waiter got a held lock")
+					}
+				}()
+			}
+			pool := dw.(*Driver).pool
+			var peakOpen, peakBusy int32
+			var busySum, samples int
+			start := time.Now()
+			for wctx.Err() == nil {
+				st := pool.Stat()
+				peakOpen = max(peakOpen, st.TotalConns())
+				peakBusy = max(peakBusy, st.AcquiredConns())
+				if time.Since(start) > 500*time.Millisecond {
+					busySum += int(st.AcquiredConns())
+					samples++
+				}
+				tick := time.NewTimer(5 * time.Millisecond)
+				select {
+				case <-tick.C:
+				case <-wctx.Done():
+					tick.Stop()
+				}
+			}
+			wg.Wait()
+			if n := len(dw.(*Driver).holds); n != 0 {
+				t.Fatalf("waiters pinned %d connections", n)
+			}
+			t.Logf("mode %s: 100 waiters on one driver: pool connections open at peak %d, in use at peak %d, in use on average after the first 0.5s %.1f, pinned 0, plus 1 LISTEN connection",
+				mode, peakOpen, peakBusy, float64(busySum)/float64(max(samples, 1)))
+			_ = la.Unlock(ctx)
+		})
+	}
+}

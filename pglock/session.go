@@ -34,6 +34,10 @@ type hold struct {
 	timeoutMS  string // the server-side idle timeout armed: one TTL, in ms
 }
 
+// pinTimeout bounds the wait for a free pool connection to pin: a full pool
+// means held locks pin every connection, and TryAcquire must not hang.
+const pinTimeout = 3 * time.Second
+
 // AdvisoryKey returns the 64-bit key ModeAdvisory passes to
 // pg_try_advisory_lock for name: the first 8 bytes of SHA-256("dlock\x00" +
 // name). Two names collide with probability about 2^-64 per pair; other
@@ -64,8 +68,13 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 		d.dropHold(h) // lost or released meanwhile: acquire afresh
 	}
 
-	conn, err := d.pool.Acquire(ctx)
+	pctx, cancel := context.WithTimeout(ctx, pinTimeout)
+	conn, err := d.pool.Acquire(pctx)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && pctx.Err() != nil {
+			return driver.Grant{}, fmt.Errorf("pglock: acquire: no free pool connection within %v (every held lock pins one; pool size %d)", pinTimeout, d.pool.Config().MaxConns)
+		}
 		return driver.Grant{}, fmt.Errorf("pglock: acquire: pinning a connection: %w", err)
 	}
 	h = &hold{name: req.Name, owner: req.Owner, key: AdvisoryKey(req.Name), conn: conn, count: 1,

@@ -15,7 +15,10 @@
 //
 //	<32 hex digits of a random GUID>__lock__<10-digit sequence number>
 //
-// and the child with the lowest sequence number holds the lock. A waiter
+// and the child with the lowest sequence number holds the lock. A '/' in a
+// name makes nested nodes; a character ZooKeeper refuses in paths (such as
+// one outside the Basic Multilingual Plane) is written as %XX escapes of its
+// UTF-8 bytes, and so is '%' itself (see escapeName). A waiter
 // watches only the child just before its own (no herd) and looks again when
 // it is deleted. The fencing token is the holder's czxid, the transaction ID
 // that created its node, which ZooKeeper makes strictly increasing.
@@ -118,7 +121,7 @@ type Options struct {
 }
 
 // Driver is a dlock driver over a ZooKeeper connection. It implements
-// driver.Driver, driver.Queuer and driver.NameChecker. It is safe for
+// driver.Driver and driver.Queuer. It is safe for
 // concurrent use. Create it with New.
 type Driver struct {
 	conn     *zk.Conn
@@ -140,9 +143,8 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver      = (*Driver)(nil)
-	_ driver.Queuer      = (*Driver)(nil)
-	_ driver.NameChecker = (*Driver)(nil)
+	_ driver.Driver = (*Driver)(nil)
+	_ driver.Queuer = (*Driver)(nil)
 )
 
 // session is one ZooKeeper session as this driver saw it; done closes when
@@ -234,20 +236,6 @@ func checkRoot(root string) error {
 	return nil
 }
 
-// CheckName implements driver.NameChecker: a name is a relative ZooKeeper
-// path. Its '/'-separated segments must be non-empty, must not be "." or
-// "..", must not contain characters ZooKeeper refuses, and must not look like
-// a lock node (end in __lock__ and ten digits).
-func (d *Driver) CheckName(name string) error {
-	if err := checkSegments(name); err != nil {
-		return err
-	}
-	if d.root == "/" && strings.SplitN(name, "/", 2)[0] == "zookeeper" {
-		return errors.New("zklock: names under /zookeeper are reserved by ZooKeeper")
-	}
-	return nil
-}
-
 func checkSegments(p string) error {
 	for _, seg := range strings.Split(p, "/") {
 		switch {
@@ -259,7 +247,7 @@ func checkSegments(p string) error {
 			return fmt.Errorf("zklock: path segment %q looks like a lock node", seg)
 		}
 		for _, r := range seg {
-			if r == utf8.RuneError || r <= 0x1f || (r >= 0x7f && r <= 0x9f) || (r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff) {
+			if !zkRune(r) {
 				return fmt.Errorf("zklock: character %U is not allowed in ZooKeeper paths", r)
 			}
 		}
@@ -270,9 +258,66 @@ func checkSegments(p string) error {
 // parent is the node under which name's queue lives.
 func (d *Driver) parent(name string) string {
 	if d.root == "/" {
-		return "/" + name
+		return "/" + escapeName(name, true)
 	}
-	return d.root + "/" + name
+	return d.root + "/" + escapeName(name, false)
+}
+
+// escapeName maps a lock name onto a relative ZooKeeper path. Names made of
+// characters ZooKeeper accepts, with non-empty '/'-separated segments, map
+// verbatim. Otherwise '%' and each byte of a character ZooKeeper refuses
+// (control characters, characters outside the Basic Multilingual Plane,
+// private-use and special characters) are written as %XX, as is a '/' that
+// would make an empty segment, the dots of a "." or ".." segment, one '_' of
+// a segment that looks like a lock node, and the 'z' of "zookeeper" directly
+// under "/". Decoding the %XX escapes gives the name back, so two names never
+// share a path.
+func escapeName(name string, atRoot bool) string {
+	var b strings.Builder
+	esc := func(s string) {
+		for i := 0; i < len(s); i++ {
+			fmt.Fprintf(&b, "%%%02X", s[i])
+		}
+	}
+	segs := strings.Split(name, "/")
+	for i, seg := range segs {
+		if i > 0 {
+			// Keep the '/' only between two non-empty segments.
+			if segs[i-1] != "" && seg != "" {
+				b.WriteByte('/')
+			} else {
+				esc("/")
+			}
+		}
+		if seg == "." || seg == ".." {
+			esc(seg)
+			continue
+		}
+		if i == 0 && atRoot && seg == "zookeeper" {
+			esc("z")
+			seg = seg[1:]
+		}
+		cut := -1
+		if m := contender.FindStringIndex(seg); m != nil {
+			cut = m[0] // the first '_' of "__lock__"
+		}
+		for j, r := range seg {
+			switch {
+			case j == cut || r == '%' || !zkRune(r):
+				esc(string(r))
+			default:
+				b.WriteRune(r)
+			}
+		}
+	}
+	return b.String()
+}
+
+// zkRune reports whether ZooKeeper accepts r in a path. ZooKeeper checks
+// UTF-16 code units, so characters outside the BMP (surrogate pairs) are
+// refused too.
+func zkRune(r rune) bool {
+	return r != utf8.RuneError && r > 0x1f && (r < 0x7f || r > 0x9f) && (r < 0xd800 || r > 0xf8ff) && r < 0xfff0
 }
 
 // do runs a blocking go-zookeeper call, returning early with an error

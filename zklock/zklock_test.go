@@ -386,21 +386,43 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 	}
 }
 
-func TestCheckName(t *testing.T) {
+func TestEscapeName(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		atRoot bool
+		want   string
+	}{
+		{"a", false, "a"},
+		{"a/b c/ü", false, "a/b c/ü"},
+		{"100%", false, "100%25"},
+		{"/a", false, "%2Fa"},
+		{"a/", false, "a%2F"},
+		{"a//b", false, "a%2F%2Fb"},
+		{".", false, "%2E"},
+		{"a/../b", false, "a/%2E%2E/b"},
+		{"x😀", false, "x%F0%9F%98%80"},
+		{"x\u0085", false, "x%C2%85"},
+		{"a/0123456789abcdef__lock__0000000001", false, "a/0123456789abcdef%5F_lock__0000000001"},
+		{"zookeeper/x", true, "%7Aookeeper/x"},
+		{"zookeeper/x", false, "zookeeper/x"},
+	} {
+		got := escapeName(tc.name, tc.atRoot)
+		if got != tc.want {
+			t.Errorf("escapeName(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+		if err := checkSegments(got); err != nil && !(tc.atRoot && got == "zookeeper") {
+			t.Errorf("escapeName(%q) = %q is not a valid path: %v", tc.name, got, err)
+		}
+	}
+	// Every such name works on a real server.
 	d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
-	for _, ok := range []string{"a", "a/b", "orders.42", "ü"} {
-		if err := d.CheckName(ok); err != nil {
-			t.Errorf("CheckName(%q) = %v", ok, err)
+	ctx := ctxT(t, 10*time.Second)
+	for _, name := range []string{"/a", "a//b", "..", "x😀", "100%"} {
+		g, err := d.TryAcquire(ctx, req(name, "A"))
+		if err != nil {
+			t.Fatalf("TryAcquire(%q): %v", name, err)
 		}
-	}
-	for _, bad := range []string{"/a", "a/", "a//b", ".", "a/..", "x\u0085", "a/0123456789abcdef0123456789abcdef__lock__0000000001"} {
-		if err := d.CheckName(bad); err == nil {
-			t.Errorf("CheckName(%q) accepted", bad)
-		}
-	}
-	root := newTestDriver(t, newConn(t, shared.endpoints()), &Options{Root: "/"})
-	if err := root.CheckName("zookeeper/x"); err == nil {
-		t.Error("CheckName(zookeeper/x) under / accepted")
+		d.Release(ctx, lease(name, "A", g))
 	}
 }
 

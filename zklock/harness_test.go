@@ -1,0 +1,291 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/locktest"
+)
+
+type harness struct {
+	endpoints []string
+	admin     *zk.Conn
+
+	mu      sync.Mutex
+	proxies map[*Driver][]*proxy
+}
+
+func newHarness(members int) locktest.NewHarness {
+	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
+		c := shared
+		if members > 1 {
+			var err error
+			if c, err = startZK(members); err != nil {
+				return nil, err
+			}
+			t.Cleanup(c.stop)
+		}
+		admin, err := connect(c.endpoints(), testSession)
+		if err != nil {
+			return nil, err
+		}
+		return &harness{endpoints: c.endpoints(), admin: admin, proxies: map[*Driver][]*proxy{}}, nil
+	}
+}
+
+// NewDriver connects through a proxy per server, so that Kill can cut the
+// connection the way a crash would.
+func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
+	var ps []*proxy
+	var addrs []string
+	for _, e := range h.endpoints {
+		p, err := newProxy(e)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+		addrs = append(addrs, p.addr())
+	}
+	conn, err := connect(addrs, testSession)
+	if err != nil {
+		for _, p := range ps {
+			p.close()
+		}
+		return nil, err
+	}
+	d, err := newDriver(conn, true, &Options{SessionTimeout: testSession})
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.proxies[d] = ps
+	h.mu.Unlock()
+	return d, nil
+}
+
+// Kill cuts the driver's connections before closing them, so the session is
+// not closed cleanly: the server deletes its nodes only when it expires.
+func (h *harness) Kill(d driver.Driver) error {
+	zd, ok := d.(*Driver)
+	if !ok {
+		return fmt.Errorf("not a zklock driver: %T", d)
+	}
+	h.mu.Lock()
+	ps := h.proxies[zd]
+	delete(h.proxies, zd)
+	h.mu.Unlock()
+	for _, p := range ps {
+		p.close()
+	}
+	zd.kill()
+	zd.conn.Close()
+	return nil
+}
+
+// Drop deletes the holder's node (the first in the queue), as if its session
+// had expired; czxids keep increasing, so tokens survive.
+func (h *harness) Drop(ctx context.Context, name string) error {
+	parent := (&Driver{root: DefaultRoot}).parent(name)
+	cs, _, err := h.admin.Children(parent)
+	if err != nil {
+		return err
+	}
+	q := queue(cs)
+	if len(q) == 0 {
+		return errors.New("no holder to drop")
+	}
+	return h.admin.Delete(parent+"/"+q[0], -1)
+}
+
+func (h *harness) Config() locktest.Config {
+	return locktest.Config{TTL: testSession, SessionBound: true, LockDelay: false}
+}
+
+func (h *harness) Close() {
+	h.admin.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for d, ps := range h.proxies {
+		for _, p := range ps {
+			p.close()
+		}
+		delete(h.proxies, d)
+	}
+}
+
+// AcquireReleaseFloor: create an ephemeral sequential node, list the queue,
+// delete the node, on a connection of its own (no proxy).
+func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context, string) error, func(), error) {
+	conn, err := connect(h.endpoints, testSession)
+	if err != nil {
+		return nil, nil, err
+	}
+	parent := "/dlock-floor"
+	if _, err := conn.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		conn.Close()
+		return nil, nil, err
+	}
+	op := func(ctx context.Context, key string) error {
+		p, err := conn.Create(parent+"/n-", nil, zk.FlagEphemeralSequential, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			return err
+		}
+		if _, _, err := conn.Children(parent); err != nil {
+			return err
+		}
+		return conn.Delete(p, -1)
+	}
+	return op, conn.Close, nil
+}
+
+// RoundTripFloor: one raw write (a setData).
+func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) error, func(), error) {
+	conn, err := connect(h.endpoints, testSession)
+	if err != nil {
+		return nil, nil, err
+	}
+	node := "/dlock-floor-rtt"
+	if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		conn.Close()
+		return nil, nil, err
+	}
+	op := func(ctx context.Context) error {
+		_, err := conn.Set(node, []byte("x"), -1)
+		return err
+	}
+	return op, conn.Close, nil
+}
+
+var _ locktest.Floors = (*harness)(nil)
+
+func TestConformance(t *testing.T) {
+	locktest.RunConformanceTests(t, newHarness(1))
+}
+
+func TestConformanceEnsemble(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node ensemble: skipped in -short mode")
+	}
+	locktest.RunConformanceTests(t, newHarness(3))
+}
+
+func BenchmarkLocks(b *testing.B) {
+	locktest.RunBenchmarks(b, newHarness(1))
+}
+
+// BenchmarkZKLockHotLock is the hot-lock hand-off scenario of
+// locktest.RunBenchmarks with go-zookeeper's own zk.Lock, for comparison in
+// the same run: contenders goroutines over 4 connections hand one lock
+// around.
+func BenchmarkZKLockHotLock(b *testing.B) {
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("contenders=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			conns := make([]*zk.Conn, 4)
+			for i := range conns {
+				conns[i] = newConn(b, shared.endpoints())
+			}
+			rttOp, cleanup, err := (&harness{endpoints: shared.endpoints()}).RoundTripFloor(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ds []time.Duration
+			for range 200 {
+				t0 := time.Now()
+				if err := rttOp(ctx); err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			cleanup()
+			path := fmt.Sprintf("/dlock-native/hot-%d-%d", n, time.Now().UnixNano())
+			locks := make([]*zk.Lock, n)
+			for g := range locks {
+				locks[g] = zk.NewLock(conns[g%len(conns)], path, zk.WorldACL(zk.PermAll))
+			}
+			handoffs := hotLock(b, n, func(g int) error { return locks[g].Lock() }, func(g int) error { return locks[g].Unlock() })
+			reportHandoffs(b, handoffs, medianOf(ds))
+		})
+	}
+}
+
+// hotLock runs the hot-lock loop of locktest's benchmark over lock and
+// unlock functions and returns the hand-off latencies.
+func hotLock(b *testing.B, contenders int, lock, unlock func(g int) error) []time.Duration {
+	var (
+		remaining  atomic.Int64
+		releasedAt atomic.Int64
+		mu         sync.Mutex
+		handoffs   []time.Duration
+		wg         sync.WaitGroup
+		stop       atomic.Bool
+		errOnce    sync.Once
+		firstErr   error
+	)
+	remaining.Store(int64(b.N))
+	b.ResetTimer()
+	start := time.Now()
+	for g := range contenders {
+		wg.Go(func() {
+			for !stop.Load() {
+				if err := lock(g); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+				if at := releasedAt.Swap(0); at != 0 {
+					mu.Lock()
+					handoffs = append(handoffs, time.Duration(time.Now().UnixNano()-at))
+					mu.Unlock()
+				}
+				left := remaining.Add(-1)
+				releasedAt.Store(time.Now().UnixNano())
+				if left <= 0 {
+					stop.Store(true)
+				}
+				if err := unlock(g); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	return handoffs
+}
+
+func reportHandoffs(b *testing.B, handoffs []time.Duration, rtt time.Duration) {
+	if len(handoffs) == 0 {
+		return
+	}
+	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
+	p50 := handoffs[len(handoffs)/2]
+	p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
+	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
+	if rtt > 0 {
+		b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
+	}
+}
+
+func medianOf(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}

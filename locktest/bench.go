@@ -1,0 +1,336 @@
+package locktest
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+)
+
+// RunBenchmarks runs the benchmark scenarios against the backend
+// newHarness connects to. Where the harness implements Floors, each result
+// is also reported as a ratio to a raw floor measured in the same run, on the
+// same kind of connection, interleaved with the measured operation so that
+// a noisy machine affects both alike:
+//
+//   - AcquireRelease: uncontended TryLock+Unlock; metric x-floor.
+//   - HotLock/contenders=N: N goroutines over several clients on one lock;
+//     metrics ops/s, handoff-p50-µs, handoff-p99-µs and handoff-p50/rtt
+//     (hand-off latency from Unlock to the next holder's grant, over one raw
+//     round trip).
+//   - ManyLocks: independent locks in parallel.
+//   - Renew/leases=10000: 10,000 held leases on one client renewing;
+//     metrics renew-calls/tick and bytes/lease.
+func RunBenchmarks(b *testing.B, newHarness NewHarness) {
+	ctx := context.Background()
+	h, err := newHarness(ctx, b)
+	if err != nil {
+		b.Fatalf("locktest: harness: %v", err)
+	}
+	b.Cleanup(h.Close)
+	cfg := h.Config()
+	if cfg.TTL == 0 {
+		cfg.TTL = time.Second
+	}
+	s := &suite{h: h, cfg: cfg}
+	b.Run("AcquireRelease", s.benchAcquireRelease)
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("HotLock/contenders=%d", n), func(b *testing.B) { s.benchHotLock(b, n) })
+	}
+	b.Run("ManyLocks", s.benchManyLocks)
+	var rs *renewState
+	b.Run("Renew/leases=10000", func(b *testing.B) { s.benchRenew(b, 10000, &rs) })
+	if rs != nil {
+		_ = rs.c.Close()
+	}
+}
+
+func (s *suite) benchClient(b *testing.B, opts *dlock.Options) *dlock.Client {
+	b.Helper()
+	d, err := s.h.NewDriver(context.Background())
+	if err != nil {
+		b.Fatalf("NewDriver: %v", err)
+	}
+	if opts == nil {
+		opts = &dlock.Options{TTL: 30 * time.Second}
+	}
+	c := dlock.New(d, opts)
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (s *suite) benchAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	c := s.benchClient(b, nil)
+	name := uniqueName(b)
+	m := c.NewMutex(name, nil)
+	var floor func(context.Context, string) error
+	if f, ok := s.h.(Floors); ok {
+		op, cleanup, err := f.AcquireReleaseFloor(ctx)
+		if err != nil {
+			b.Fatalf("AcquireReleaseFloor: %v", err)
+		}
+		defer cleanup()
+		floor = op
+	}
+	floorKey := name + "-floor"
+	// Warm both paths (scripts loaded, statements prepared, tables created).
+	for i := 0; i < 5; i++ {
+		l, err := m.TryLock(ctx)
+		if err != nil {
+			b.Fatalf("TryLock: %v", err)
+		}
+		_ = l.Unlock(ctx)
+		if floor != nil {
+			if err := floor(ctx, floorKey); err != nil {
+				b.Fatalf("floor: %v", err)
+			}
+		}
+	}
+	var lockDur, floorDur []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if floor != nil {
+			t0 := time.Now()
+			if err := floor(ctx, floorKey); err != nil {
+				b.Fatalf("floor: %v", err)
+			}
+			floorDur = append(floorDur, time.Since(t0))
+		}
+		t0 := time.Now()
+		l, err := m.TryLock(ctx)
+		if err != nil {
+			b.Fatalf("TryLock: %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatalf("Unlock: %v", err)
+		}
+		lockDur = append(lockDur, time.Since(t0))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(median(lockDur).Nanoseconds()), "p50-ns/op")
+	if floor != nil {
+		fm := median(floorDur)
+		b.ReportMetric(float64(fm.Nanoseconds()), "floor-p50-ns/op")
+		if fm > 0 {
+			b.ReportMetric(float64(median(lockDur))/float64(fm), "x-floor")
+		}
+	}
+}
+
+func (s *suite) benchHotLock(b *testing.B, contenders int) {
+	ctx := context.Background()
+	name := uniqueName(b)
+	const clients = 4
+	cs := make([]*dlock.Client, clients)
+	for i := range cs {
+		cs[i] = s.benchClient(b, &dlock.Options{TTL: 30 * time.Second, WaitMax: 20 * time.Millisecond})
+	}
+	var rtt time.Duration
+	if f, ok := s.h.(Floors); ok {
+		op, cleanup, err := f.RoundTripFloor(ctx)
+		if err != nil {
+			b.Fatalf("RoundTripFloor: %v", err)
+		}
+		var ds []time.Duration
+		for i := 0; i < 200; i++ {
+			t0 := time.Now()
+			if err := op(ctx); err != nil {
+				b.Fatalf("round trip: %v", err)
+			}
+			ds = append(ds, time.Since(t0))
+		}
+		cleanup()
+		rtt = median(ds)
+	}
+	var (
+		remaining   atomic.Int64
+		releasedAt  atomic.Int64 // unix nanos of the last Unlock call, 0 if none pending
+		mu          sync.Mutex
+		handoffs    []time.Duration
+		wg          sync.WaitGroup
+		errOnce     sync.Once
+		firstErr    error
+		ctxW, stopW = context.WithCancel(ctx)
+	)
+	defer stopW()
+	remaining.Store(int64(b.N))
+	b.ResetTimer()
+	start := time.Now()
+	for g := 0; g < contenders; g++ {
+		wg.Add(1)
+		go func(c *dlock.Client) {
+			defer wg.Done()
+			m := c.NewMutex(name, nil)
+			for {
+				l, err := m.Lock(ctxW)
+				if err != nil {
+					if ctxW.Err() == nil {
+						errOnce.Do(func() { firstErr = err })
+						stopW()
+					}
+					return
+				}
+				if at := releasedAt.Swap(0); at != 0 {
+					d := time.Duration(time.Now().UnixNano() - at)
+					mu.Lock()
+					handoffs = append(handoffs, d)
+					mu.Unlock()
+				}
+				left := remaining.Add(-1)
+				releasedAt.Store(time.Now().UnixNano())
+				if err := l.Unlock(ctx); err != nil {
+					errOnce.Do(func() { firstErr = err })
+				}
+				if left <= 0 {
+					stopW()
+					return
+				}
+			}
+		}(cs[g%clients])
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatalf("hot lock: %v", firstErr)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	if len(handoffs) > 0 {
+		sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
+		p50 := handoffs[len(handoffs)/2]
+		p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
+		b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
+		b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
+		if rtt > 0 {
+			b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
+		}
+	}
+}
+
+func (s *suite) benchManyLocks(b *testing.B) {
+	ctx := context.Background()
+	c := s.benchClient(b, nil)
+	base := uniqueName(b)
+	var seq atomic.Int64
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		m := c.NewMutex(fmt.Sprintf("%s-%d", base, seq.Add(1)), nil)
+		for pb.Next() {
+			l, err := m.TryLock(ctx)
+			if err != nil {
+				b.Errorf("TryLock: %v", err)
+				return
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Errorf("Unlock: %v", err)
+				return
+			}
+		}
+	})
+}
+
+// countingDriver counts Renew calls; only TryAcquire, Release and Renew
+// pass through, which is all this benchmark uses.
+type countingDriver struct {
+	driver.Driver
+	renews atomic.Int64
+}
+
+func (d *countingDriver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	d.renews.Add(1)
+	return d.Driver.Renew(ctx, ls)
+}
+
+// renewState is set up once and reused across the b.N rounds the testing
+// package asks for, since taking 10,000 leases is the slow part.
+type renewState struct {
+	c          *dlock.Client
+	cd         *countingDriver
+	leases     []*dlock.Lease
+	every      time.Duration
+	bytesPer   float64
+	acquireDur time.Duration
+}
+
+func (s *suite) renewSetup(b *testing.B, n int) *renewState {
+	ctx := context.Background()
+	d, err := s.h.NewDriver(ctx)
+	if err != nil {
+		b.Fatalf("NewDriver: %v", err)
+	}
+	rs := &renewState{cd: &countingDriver{Driver: d}}
+	ttl := max(s.cfg.TTL, 2*time.Second)
+	rs.every = ttl / 4
+	rs.c = dlock.New(rs.cd, &dlock.Options{TTL: ttl, RenewInterval: rs.every})
+	base := uniqueName(b)
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	rs.leases = make([]*dlock.Lease, 0, n)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		l, err := rs.c.NewMutex(fmt.Sprintf("%s-%d", base, i), nil).TryLock(ctx)
+		if err != nil {
+			_ = rs.c.Close()
+			b.Fatalf("TryLock %d: %v", i, err)
+		}
+		rs.leases = append(rs.leases, l)
+	}
+	rs.acquireDur = time.Since(t0)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	rs.bytesPer = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+	// Let renewals fall into step (the leases were taken over acquireDur).
+	settle := time.NewTimer(2 * rs.every)
+	<-settle.C
+	return rs
+}
+
+func (s *suite) benchRenew(b *testing.B, n int, state **renewState) {
+	b.StopTimer()
+	if *state == nil {
+		*state = s.renewSetup(b, n)
+	}
+	rs := *state
+	calls0 := rs.cd.renews.Load()
+	t0 := time.Now()
+	b.StartTimer()
+	// The metrics are per tick; more than a few ticks add only time (and
+	// -benchtime=Nx would otherwise mean N renewal intervals).
+	for i := 0; i < min(b.N, 8); i++ {
+		tick := time.NewTimer(rs.every)
+		<-tick.C
+	}
+	b.StopTimer()
+	ticks := float64(time.Since(t0)) / float64(rs.every)
+	calls := rs.cd.renews.Load() - calls0
+	lost := 0
+	for _, l := range rs.leases {
+		if l.Err() != nil {
+			lost++
+		}
+	}
+	if lost > 0 {
+		b.Fatalf("%d of %d leases lost while renewing", lost, n)
+	}
+	b.ReportMetric(float64(calls)/ticks, "renew-calls/tick")
+	b.ReportMetric(rs.bytesPer, "bytes/lease")
+	b.ReportMetric(rs.acquireDur.Seconds()*1e6/float64(n), "acquire-µs/lease")
+}
+
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	c := append([]time.Duration(nil), ds...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	return c[len(c)/2]
+}

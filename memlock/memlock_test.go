@@ -1,0 +1,54 @@
+package memlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/locktest"
+	"github.com/dlock/dlock/memlock"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type harness struct{ b *memlock.Backend }
+
+func newHarness(ctx context.Context, t testing.TB) (locktest.Harness, error) {
+	return &harness{b: memlock.NewBackend()}, nil
+}
+
+func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) { return h.b.NewDriver(), nil }
+func (h *harness) Kill(d driver.Driver) error                           { d.(*memlock.Driver).Kill(); return nil }
+func (h *harness) Drop(ctx context.Context, name string) error          { h.b.Drop(name); return nil }
+func (h *harness) Config() locktest.Config {
+	return locktest.Config{TTL: 300 * time.Millisecond, LockDelay: true}
+}
+func (h *harness) Close() {}
+
+// Floors: the backend's bare operations, without the dlock package.
+func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context, string) error, func(), error) {
+	d := h.b.NewDriver()
+	return func(ctx context.Context, key string) error {
+		g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: key, Owner: "floor", TTL: time.Minute})
+		if err != nil {
+			return err
+		}
+		_, err = d.Release(ctx, driver.Lease{Name: key, Owner: "floor", Token: g.Token})
+		return err
+	}, func() { _ = d.Close() }, nil
+}
+
+func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) error, func(), error) {
+	d := h.b.NewDriver()
+	return func(ctx context.Context) error {
+		_, err := d.Renew(ctx, nil)
+		return err
+	}, func() { _ = d.Close() }, nil
+}
+
+func TestConformance(t *testing.T) { locktest.RunConformanceTests(t, newHarness) }
+
+func BenchmarkLocks(b *testing.B) { locktest.RunBenchmarks(b, newHarness) }

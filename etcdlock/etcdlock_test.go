@@ -520,3 +520,41 @@ func TestOpenURL(t *testing.T) {
 		t.Fatal("OpenURL to a closed port succeeded")
 	}
 }
+
+func TestInspect(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, req("insp/x", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, req("insp/x", "A")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, req("insp/%y", "A")); err != nil {
+		t.Fatal(err)
+	}
+	go b.Acquire(ctx, req("insp/x", "B"))
+	eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "insp%2Fx/")) == 2 })
+	infos, err := a.Inspect(ctx, "insp/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []driver.LockInfo{
+		{Name: "insp/%y", Owner: "A", Count: 1, ExpiresIn: -1, Waiters: 0},
+		{Name: "insp/x", Owner: "A", Token: ga.Token, Count: 2, ExpiresIn: -1, Waiters: 1},
+	}
+	if len(infos) != 2 {
+		t.Fatalf("Inspect = %+v", infos)
+	}
+	infos[0].Token = 0
+	for i := range want {
+		if infos[i] != want[i] {
+			t.Errorf("Inspect[%d] = %+v, want %+v", i, infos[i], want[i])
+		}
+	}
+	if infos, err := b.Inspect(ctx, "insp/xx"); err != nil || len(infos) != 0 {
+		t.Fatalf("Inspect(insp/xx) = %+v, %v", infos, err)
+	}
+}

@@ -637,3 +637,45 @@ func TestInteropWithKazoo(t *testing.T) {
 	io.WriteString(w.stdin, "release\n")
 	w.expect(t, "released", 10*time.Second)
 }
+
+func TestInspect(t *testing.T) {
+	conn := newConn(t, shared.endpoints())
+	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	ctx := ctxT(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, req("insp/x", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, req("insp/x", "A")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, req("insp/%😀", "A")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, req("insp/x/deeper", "A")); err != nil {
+		t.Fatal(err)
+	}
+	go b.Acquire(ctx, req("insp/x", "B"))
+	eventually(t, 5*time.Second, "B queued", func() bool { return len(children(t, conn, "/dlock/insp/x")) == 2 })
+	infos, err := a.Inspect(ctx, "insp/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []driver.LockInfo{
+		{Name: "insp/%😀", Owner: "A", Count: 1, ExpiresIn: -1, Waiters: 0},
+		{Name: "insp/x", Owner: "A", Token: ga.Token, Count: 2, ExpiresIn: -1, Waiters: 1},
+		{Name: "insp/x/deeper", Owner: "A", Count: 1, ExpiresIn: -1, Waiters: 0},
+	}
+	if len(infos) != len(want) {
+		t.Fatalf("Inspect = %+v", infos)
+	}
+	infos[0].Token, infos[2].Token = 0, 0
+	for i := range want {
+		if infos[i] != want[i] {
+			t.Errorf("Inspect[%d] = %+v, want %+v", i, infos[i], want[i])
+		}
+	}
+	if infos, err := b.Inspect(ctx, "insp/xx"); err != nil || len(infos) != 0 {
+		t.Fatalf("Inspect(insp/xx) = %+v, %v", infos, err)
+	}
+}

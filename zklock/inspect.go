@@ -1,0 +1,136 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock/dlock/driver"
+)
+
+var _ driver.Inspector = (*Driver)(nil)
+
+// Inspect implements driver.Inspector: it walks the nodes under the root
+// whose lock names start with prefix. For each lock with a holder it reports
+// the holder's owner (its node's data; kazoo's identifier for a kazoo
+// holder), its token (czxid), the number of waiters, and ExpiresIn -1 (the
+// lock lives as long as the holder's session). Count is the holder's hold
+// count when this driver holds it, else 1. It costs one request per node
+// visited plus one per lock.
+func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	var out []driver.LockInfo
+	var walk func(rel string) error
+	walk = func(rel string) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		path := d.join(rel)
+		children, err := do(ctx, func() ([]string, error) {
+			c, _, err := d.conn.Children(path)
+			return c, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if q := queue(children); len(q) > 0 && rel != "" && strings.HasPrefix(unescapeName(rel), prefix) {
+			if info, ok, err := d.inspectQueue(ctx, rel, path, q); err != nil {
+				return err
+			} else if ok {
+				out = append(out, info)
+			}
+		}
+		sort.Strings(children)
+		for _, c := range children {
+			if contender.MatchString(c) {
+				continue
+			}
+			sub := c
+			if rel != "" {
+				sub = rel + "/" + c
+			} else if d.root == "/" && c == "zookeeper" {
+				continue // ZooKeeper's own nodes
+			}
+			// Descend only where names can still start with the prefix:
+			// every name below sub starts with its name and a '/'.
+			if dsub := unescapeName(sub); strings.HasPrefix(dsub, prefix) || strings.HasPrefix(prefix, dsub+"/") {
+				if err := walk(sub); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, fmt.Errorf("zklock: inspect: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (d *Driver) join(rel string) string {
+	switch {
+	case rel == "":
+		return d.root
+	case d.root == "/":
+		return "/" + rel
+	default:
+		return d.root + "/" + rel
+	}
+}
+
+// inspectQueue describes the lock whose queue q lives at path.
+func (d *Driver) inspectQueue(ctx context.Context, rel, path string, q []string) (driver.LockInfo, bool, error) {
+	type node struct {
+		data []byte
+		st   *zk.Stat
+	}
+	for _, head := range q {
+		n, err := do(ctx, func() (node, error) {
+			data, st, err := d.conn.Get(path + "/" + head)
+			return node{data, st}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // released meanwhile: the next one holds
+		}
+		if err != nil {
+			return driver.LockInfo{}, false, err
+		}
+		name := unescapeName(rel)
+		info := driver.LockInfo{Name: name, Owner: string(n.data), Token: uint64(n.st.Czxid), Count: 1, ExpiresIn: -1, Waiters: len(q) - 1}
+		d.mu.Lock()
+		if h := d.holds[holdKey{name, info.Owner}]; h != nil && h.h != nil && h.h.path == path+"/"+head {
+			info.Count = h.count
+		}
+		d.mu.Unlock()
+		return info, true, nil
+	}
+	return driver.LockInfo{}, false, nil
+}
+
+// unescapeName reverses escapeName, leaving a '%' that starts no escape as
+// it is (a node another client named).
+func unescapeName(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -142,4 +142,3 @@ func (r *renewer) renewBatch(batch []*Lease) {
 		}
 	}
 }
-

@@ -185,6 +185,7 @@ type Driver struct {
 	mu     sync.Mutex
 	delay  time.Duration
 	fail   func(op string) error
+	after  func(op string) error
 	paused bool
 	resume chan struct{}
 	killed bool
@@ -210,6 +211,26 @@ func (d *Driver) FailCalls(f func(op string) error) {
 	d.mu.Lock()
 	d.fail = f
 	d.mu.Unlock()
+}
+
+// LoseReplies makes every later call ask f after the call has taken effect
+// on the backend: a non-nil error is returned instead of the result, as when
+// a reply is lost on the way back. Nil turns it off.
+func (d *Driver) LoseReplies(f func(op string) error) {
+	d.mu.Lock()
+	d.after = f
+	d.mu.Unlock()
+}
+
+// lost applies LoseReplies after a call took effect.
+func (d *Driver) lost(op string) error {
+	d.mu.Lock()
+	f := d.after
+	d.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(op)
 }
 
 // Pause blocks every later call (until its context ends) until Resume, as a
@@ -287,6 +308,14 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if err := d.gate(ctx, "acquire"); err != nil {
 		return driver.Grant{}, err
 	}
+	g, err := d.tryAcquire(req)
+	if lerr := d.lost("acquire"); lerr != nil {
+		return driver.Grant{}, lerr
+	}
+	return g, err
+}
+
+func (d *Driver) tryAcquire(req driver.AcquireRequest) (driver.Grant, error) {
 	b := d.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -322,6 +351,14 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if err := d.gate(ctx, "release"); err != nil {
 		return 0, err
 	}
+	n, err := d.release(l)
+	if lerr := d.lost("release"); lerr != nil {
+		return 0, lerr
+	}
+	return n, err
+}
+
+func (d *Driver) release(l driver.Lease) (int, error) {
 	b := d.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -344,6 +381,14 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	if err := d.gate(ctx, "renew"); err != nil {
 		return nil, err
 	}
+	errs := d.renew(ls)
+	if lerr := d.lost("renew"); lerr != nil {
+		return nil, lerr
+	}
+	return errs, nil
+}
+
+func (d *Driver) renew(ls []driver.Lease) []error {
 	b := d.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -358,7 +403,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 		}
 		e.expires = now.Add(l.TTL)
 	}
-	return errs, nil
+	return errs
 }
 
 // Inspect implements driver.Inspector.

@@ -1,0 +1,64 @@
+// Package dlock provides distributed locks with fencing tokens, leases that
+// renew themselves, loss that is never silent, and waiters woken by the
+// backend, on whichever store a team already runs: an SQLite file, Redis, a
+// Redlock set of independent Redis masters, etcd, ZooKeeper, PostgreSQL or
+// MySQL/MariaDB.
+//
+//	client, err := dlock.Open(ctx, "sqlite:///var/lib/app/locks.db")
+//	defer client.Close()
+//	lease, err := client.NewMutex("orders/42", nil).Lock(ctx)
+//	defer lease.Unlock(context.Background())
+//	doWork(lease.Context(), lease.Token())
+//
+// A backend is chosen by URL scheme; import its package for the side effect
+// (sqlitelock, redislock, redlock, etcdlock, zklock, pglock, mysqllock,
+// memlock), or build a driver from your own client with the package's New
+// and pass it to New here.
+//
+// # Guarantees
+//
+// Mutual exclusion among live holders, as far as the backend's own
+// consistency carries it: exact on one SQLite file, one Redis node, one SQL
+// primary, and an etcd or ZooKeeper ensemble; for Redlock, only under its
+// timing assumptions (bounded clock drift and pauses). docs/backends.md says
+// exactly how far for each backend, and what failover does.
+//
+// No deadlock: a holder that crashes or is cut off loses the lock after its
+// TTL (or session timeout), plus its lock-delay if it set one. Unlock frees
+// the lock at once.
+//
+// Owner-only release: every grant carries an owner (by default a random
+// 128-bit token from crypto/rand), checked atomically by the backend. A stale
+// Unlock or Extend never touches a newer holder's lock.
+//
+// Fencing: Lease.Token is strictly greater than every token granted before
+// for that name on that backend, across holders and crashes. A resource that
+// remembers the highest token it accepted (package fence) can refuse a
+// holder that paused past its lease and does not know it yet. Locks alone
+// cannot give that guarantee; tokens can.
+//
+// Loss is never silent: when renewal cannot prove a lease is still held
+// before its local validity deadline — measured on the monotonic clock from
+// when the acquire request was sent, minus a drift margin — Lease.Done closes,
+// Lease.Context is cancelled and Lease.Err wraps ErrLeaseLost with the cause.
+// The deadline falls before the backend can expire the lease, so a holder
+// learns of loss before anyone else can be granted the lock.
+//
+// Time that decides expiry is the backend's (Redis TIME and PX, SQL now(),
+// etcd and ZooKeeper sessions), never a comparison of two machines' clocks.
+//
+// # Waiting
+//
+// Lock waits for the lock. Backends that can notify (Redis pub/sub,
+// PostgreSQL LISTEN/NOTIFY) wake waiters on release; etcd and ZooKeeper
+// queue waiters in order and each watches only its predecessor. Elsewhere
+// Lock retries with jittered exponential backoff (Options.WaitMin, WaitMax),
+// never sleeping past the moment the holder's lease runs out.
+//
+// # Concurrency and resources
+//
+// Client, Mutex and Lease are safe for concurrent use. A Client runs one
+// renewal goroutine that renews all of its leases in one driver call per
+// tick. Close releases every lease and stops every goroutine the Client
+// started.
+package dlock

@@ -1,0 +1,191 @@
+package testserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Etcd starts an etcd cluster of 1 or 3 (any n ≥ 1) members for t and stops
+// it at t's cleanup. It skips t when etcd is not installed and fails t if the
+// cluster cannot start.
+//
+// If DLOCK_TEST_ETCD_URL is set ("etcd://h1:2379,h2:2379" or
+// "h1:2379,h2:2379"), Etcd returns that cluster instead, skipping t if it
+// lists fewer endpoints than members.
+func Etcd(t testing.TB, members int) *Cluster {
+	t.Helper()
+	if env := os.Getenv("DLOCK_TEST_ETCD_URL"); strings.TrimSpace(env) != "" {
+		return externalCluster(t, "etcd", env, members, etcdLeader)
+	}
+	c, err := StartEtcd(members)
+	return clusterForTest(t, c, err)
+}
+
+// StartEtcd starts an etcd cluster of the given size from the etcd binary
+// (Debian's etcd-server) and waits until every member reports itself healthy.
+// The caller must Stop it. It does not look at DLOCK_TEST_ETCD_URL.
+//
+// Members use a 100ms heartbeat and a 1s election timeout (etcd's defaults),
+// so a killed leader is replaced within about two seconds.
+func StartEtcd(members int) (*Cluster, error) {
+	if members < 1 {
+		return nil, fmt.Errorf("testserver: StartEtcd: members = %d, want at least 1", members)
+	}
+	bin, err := lookPath("etcd", "/usr/bin/etcd", "/usr/local/bin/etcd")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{kind: "etcd", leader: etcdLeader}
+	peerPorts := make([]int, members)
+	for i := 0; i < members; i++ {
+		s, err := newServer("etcd")
+		if err == nil {
+			peerPorts[i], err = freePort()
+		}
+		if err != nil {
+			for _, m := range c.Members {
+				os.RemoveAll(m.dir)
+			}
+			return nil, err
+		}
+		s.url = "etcd://" + s.addr
+		c.Members = append(c.Members, s)
+	}
+	var initial []string
+	for i := range c.Members {
+		initial = append(initial, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, peerPorts[i]))
+	}
+	token := randomHex(8)
+	for i, m := range c.Members {
+		m.initData = func() error { return nil } // etcd creates its data directory
+		clientURL := "http://" + m.addr
+		peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPorts[i])
+		m.command = func() *exec.Cmd {
+			return exec.Command(bin,
+				"--name", fmt.Sprintf("m%d", i),
+				"--data-dir", m.dataDir,
+				"--listen-client-urls", clientURL,
+				"--advertise-client-urls", clientURL,
+				"--listen-peer-urls", peerURL,
+				"--initial-advertise-peer-urls", peerURL,
+				"--initial-cluster", strings.Join(initial, ","),
+				"--initial-cluster-state", "new",
+				"--initial-cluster-token", "dlock-test-"+token,
+				"--heartbeat-interval", "100",
+				"--election-timeout", "1000",
+				"--logger", "zap",
+				"--log-outputs", "stderr",
+				"--log-level", "warn",
+			)
+		}
+		m.ready = func(ctx context.Context) error { return etcdHealth(ctx, m.addr) }
+	}
+	if err := startMembers(c.Members); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// etcdHealth asks a member's /health endpoint, which is true only when the
+// member has a leader and can serve requests.
+func etcdHealth(ctx context.Context, addr string) error {
+	var h struct {
+		Health string `json:"health"`
+	}
+	if err := etcdHTTP(ctx, http.MethodGet, addr, "/health", &h); err != nil {
+		return err
+	}
+	if h.Health != "true" {
+		return fmt.Errorf("etcd %s: health %q", addr, h.Health)
+	}
+	return nil
+}
+
+// etcdStatus is the part of the maintenance Status reply (through etcd's
+// JSON gateway, which writes uint64s as strings) that Leader needs.
+type etcdStatus struct {
+	Header struct {
+		MemberID string `json:"member_id"`
+	} `json:"header"`
+	Leader string `json:"leader"`
+}
+
+func etcdLeader(c *Cluster) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ids := make([]string, len(c.Members))
+	leader := ""
+	var lastErr error
+	for i, m := range c.Members {
+		if !m.Running() {
+			continue
+		}
+		var st etcdStatus
+		if err := etcdHTTP(ctx, http.MethodPost, m.Addr(), "/v3/maintenance/status", &st); err != nil {
+			lastErr = err
+			continue
+		}
+		ids[i] = st.Header.MemberID
+		if st.Leader != "" && st.Leader != "0" {
+			leader = st.Leader
+		}
+	}
+	for i, id := range ids {
+		if id != "" && id == leader {
+			return i, nil
+		}
+	}
+	if lastErr != nil {
+		return -1, fmt.Errorf("testserver: etcd leader: no member names a reachable leader (last error: %v)", lastErr)
+	}
+	return -1, fmt.Errorf("testserver: etcd leader: no member names a reachable leader")
+}
+
+// etcdHTTP calls one of etcd's HTTP endpoints and decodes the JSON reply.
+// Keep-alives are off so no connection goroutine outlives the call.
+func etcdHTTP(ctx context.Context, method, addr, path string, out any) error {
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader("{}")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("etcd %s%s: %s: %s", addr, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("etcd %s%s: %w", addr, path, err)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return strconv.FormatInt(time.Now().UnixNano(), 16)
+	}
+	return hex.EncodeToString(b)
+}

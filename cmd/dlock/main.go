@@ -1,0 +1,70 @@
+// Command dlock runs a command while holding a distributed lock, and shows
+// which locks are held. See docs/cli.md, or run "dlock help run".
+//
+// It reaches every backend dlock has a driver for; the drivers are imported
+// here for their URL schemes. With no --url and no $DLOCK_URL it uses an
+// SQLite file in the user's state directory, so it works on a fresh machine.
+package main
+
+import (
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	_ "github.com/dlock/dlock/etcdlock"
+	_ "github.com/dlock/dlock/memlock"
+	_ "github.com/dlock/dlock/mysqllock"
+	_ "github.com/dlock/dlock/pglock"
+	_ "github.com/dlock/dlock/redislock"
+	_ "github.com/dlock/dlock/sqlitelock"
+	_ "github.com/dlock/dlock/zklock"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+)
+
+func main() {
+	// go-redis logs dial failures to stderr on its own; dlock reports the
+	// error that matters once, in its own words.
+	redis.SetLogger(&logging.VoidLogger{})
+	os.Exit(run(os.Args[1:], processEnv()))
+}
+
+// env is everything a command takes from its process, so that tests can run
+// commands in-process with their own streams, environment and signals.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	// lookupEnv reads an environment variable (os.LookupEnv).
+	lookupEnv func(key string) (string, bool)
+	// environ is the environment handed to a child (os.Environ).
+	environ func() []string
+	// notify starts delivering SIGINT, SIGTERM and SIGHUP on the returned
+	// channel until stop is called.
+	notify func() (sigs <-chan os.Signal, stop func())
+}
+
+// processEnv is the env of the running process.
+func processEnv() *env {
+	return &env{
+		stdin:     os.Stdin,
+		stdout:    os.Stdout,
+		stderr:    os.Stderr,
+		lookupEnv: os.LookupEnv,
+		environ:   os.Environ,
+		notify: func() (<-chan os.Signal, func()) {
+			c := make(chan os.Signal, 4)
+			signal.Notify(c, forwardedSignals...)
+			return c, func() { signal.Stop(c) }
+		},
+	}
+}
+
+// forwardedSignals are the signals "dlock run" passes on to its child.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+
+// getenv returns the variable's value, "" when unset.
+func (e *env) getenv(key string) string {
+	v, _ := e.lookupEnv(key)
+	return v
+}

@@ -1,0 +1,12 @@
+//go:build unix && !linux
+
+package main
+
+import "syscall"
+
+// childSysProcAttr puts CMD in a process group of its own, so that signals
+// reach it once (forwarded by dlock, never also from the terminal) and a
+// lost lease stops everything CMD started.
+func childSysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// run executes dlock with args (without the program name) and returns the
+// process's exit code. Errors are printed to e.stderr on one line.
+func run(args []string, e *env) int {
+	root := newRootCmd(e)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(e.stderr, message(ee.err))
+		}
+		return ee.code
+	}
+	// Anything else comes from cobra: an unknown command, a bad flag or a
+	// wrong number of arguments.
+	fmt.Fprintln(e.stderr, message(err))
+	fmt.Fprintln(e.stderr, "Run 'dlock help' for usage.")
+	return exitUsage
+}
+
+// newRootCmd builds the dlock command tree. Nothing is kept in package
+// variables: every flag lives in the command that newXCmd builds.
+func newRootCmd(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "dlock",
+		Short: "Run commands under a distributed lock",
+		Long: `dlock runs a command while holding a named distributed lock, with a fencing
+token, lease renewal, and the child stopped if the lease is lost.
+
+The backend is chosen by URL: --url, else $DLOCK_URL, else an SQLite file in
+$XDG_STATE_HOME/dlock/locks.db (default ~/.local/state/dlock/locks.db), created
+on first use. Supported schemes: ` + schemeList() + `.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// With no subcommand, show help rather than doing nothing.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cmd.Help()
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageErr(fmt.Errorf("%s: %w (see '%s --help')", cmd.Name(), err, cmd.CommandPath()))
+	})
+	root.AddCommand(newRunCmd(e), newStatusCmd(e))
+	return root
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/spf13/cobra"
+)
+
+const runLong = `Run takes the lock NAME, runs CMD while holding it, and releases it when CMD
+exits. The lease is renewed in the background every TTL/3. CMD gets the
+environment of dlock plus:
+
+  DLOCK_NAME   the lock's name
+  DLOCK_TOKEN  the fencing token (decimal): strictly greater than every token
+               granted before for NAME; pass it to the resource you write
+
+By default run waits for the lock as long as it takes (like flock and
+consul lock); --wait bounds the wait and --no-wait makes a single attempt.
+
+CMD runs in its own process group. SIGINT, SIGTERM and SIGHUP sent to dlock
+are forwarded to that group once (a terminal's Ctrl-C reaches dlock, which
+passes it on, so CMD does not see it twice). Because the group is not the
+terminal's foreground group, CMD must not read from the terminal.
+
+If the lease is lost while CMD runs (renewal could not confirm it in time,
+or the backend dropped it), dlock sends SIGTERM to CMD's process group, then
+SIGKILL after --kill-grace, and exits 76.
+
+Exit codes:
+  CMD's own   CMD exited by itself (128+N if it died of signal N)
+  64          bad flag, argument, lock name or URL
+  69          backend unreachable or failing
+  70          internal error in dlock
+  75          lock not acquired: held, with --no-wait or after --wait ran out
+  76          lease lost while CMD ran; CMD was stopped
+  126, 127    CMD could not be started / was not found
+  128+N       dlock got signal N while waiting for the lock (CMD not run)`
+
+// runFlags are the settings of one "dlock run".
+type runFlags struct {
+	url       string
+	ttl       time.Duration
+	wait      time.Duration
+	waitSet   bool
+	noWait    bool
+	lockDelay time.Duration
+	killGrace time.Duration
+	owner     string
+}
+
+// DefaultKillGrace is how long run lets CMD handle SIGTERM after a lost
+// lease before it sends SIGKILL.
+const defaultKillGrace = 10 * time.Second
+
+// releaseTimeout bounds the Unlock after CMD exits.
+const releaseTimeout = 10 * time.Second
+
+func newRunCmd(e *env) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run [flags] NAME -- CMD [ARGS...]",
+		Short: "Run a command while holding a lock",
+		Long:  runLong,
+		Example: `  dlock run nightly-report -- ./report.sh
+  dlock run --no-wait --ttl 1m deploy -- make deploy
+  DLOCK_URL=redis://localhost:6379/0 dlock run --wait 5m orders/42 -- sh -c 'echo token $DLOCK_TOKEN'`,
+		Args: cobra.ArbitraryArgs, // checked in RunE, for clearer messages
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, argv, err := splitRunArgs(args, cmd.ArgsLenAtDash())
+			if err != nil {
+				return usageErr(err)
+			}
+			f.waitSet = cmd.Flags().Changed("wait")
+			if f.waitSet && f.noWait {
+				return usageErr(errors.New("run: --wait and --no-wait cannot be used together"))
+			}
+			return f.run(e, name, argv)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.url, "url", "", "backend URL (default $DLOCK_URL, else sqlite in $XDG_STATE_HOME/dlock/locks.db)")
+	fl.DurationVar(&f.ttl, "ttl", 0, "lease TTL, renewed every TTL/3 (default 30s, or the URL's ttl parameter)")
+	fl.DurationVar(&f.wait, "wait", 0, "give up (exit 75) if the lock is not acquired within this time (default: wait forever; 0: try once)")
+	fl.BoolVar(&f.noWait, "no-wait", false, "try once; exit 75 at once if the lock is held")
+	fl.DurationVar(&f.lockDelay, "lock-delay", 0, "keep the lock unavailable this long after this holder's lease is lost without release (default 0, or the URL's lock_delay parameter)")
+	fl.DurationVar(&f.killGrace, "kill-grace", defaultKillGrace, "after a lost lease, time between SIGTERM and SIGKILL to CMD (0: SIGKILL at once)")
+	fl.StringVar(&f.owner, "owner", "", "explicit owner id (printable ASCII): the same owner re-enters a lock it holds (default: a random id)")
+	return cmd
+}
+
+// splitRunArgs separates NAME from CMD. dash is cobra's ArgsLenAtDash: -1
+// when there was no "--", else how many arguments came before it.
+func splitRunArgs(args []string, dash int) (string, []string, error) {
+	switch {
+	case len(args) == 0:
+		return "", nil, errors.New("run: missing lock NAME and command (usage: dlock run [flags] NAME -- CMD [ARGS...])")
+	case dash == 0:
+		return "", nil, errors.New("run: the lock NAME must come before \"--\" (usage: dlock run [flags] NAME -- CMD [ARGS...])")
+	case dash > 1:
+		return "", nil, fmt.Errorf("run: expected one lock NAME before \"--\", got %d arguments", dash)
+	case len(args) == 1:
+		return "", nil, fmt.Errorf("run: missing the command to run after NAME %q (usage: dlock run [flags] NAME -- CMD [ARGS...])", args[0])
+	case args[1] == "":
+		return "", nil, errors.New("run: the command to run is an empty string")
+	}
+	return args[0], args[1:], nil
+}
+
+// validate checks what the library would not: negative durations are
+// refused here with the flag's name.
+func (f *runFlags) validate() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--ttl", f.ttl}, {"--wait", f.wait}, {"--lock-delay", f.lockDelay}, {"--kill-grace", f.killGrace}} {
+		if d.v < 0 {
+			return usageErr(fmt.Errorf("run: %s must not be negative, got %v", d.flag, d.v))
+		}
+	}
+	return nil
+}
+
+// signalError is the cause of a wait abandoned because dlock got a signal.
+type signalError struct{ sig os.Signal }
+
+func (s signalError) Error() string { return "interrupted by " + s.sig.String() }
+
+func (f *runFlags) run(e *env, name string, argv []string) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	sigs, stopSigs := e.notify()
+	defer stopSigs()
+
+	// Until CMD starts, a signal abandons opening the backend and waiting.
+	waitCtx, cancelWait := context.WithCancelCause(context.Background())
+	defer cancelWait(nil)
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		select {
+		case s := <-sigs:
+			cancelWait(signalError{s})
+		case <-stopWatch:
+		}
+	}()
+	lease, client, err := f.acquire(waitCtx, e, name)
+	close(stopWatch)
+	<-watchDone
+	if client != nil {
+		defer client.Close()
+	}
+	var se signalError
+	if errors.As(context.Cause(waitCtx), &se) {
+		if lease != nil {
+			f.release(e, lease)
+		}
+		return &exitError{code: 128 + signum(se.sig)}
+	}
+	if err != nil {
+		return err
+	}
+	return f.runChild(e, lease, sigs, argv)
+}
+
+// acquire opens the backend and takes the lock as the flags say.
+func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lease, *dlock.Client, error) {
+	raw, err := backendURL(f.url, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := dlock.Open(ctx, raw)
+	if err != nil {
+		return nil, nil, &exitError{code: classify(err), err: err}
+	}
+	mu := client.NewMutex(name, &dlock.MutexOptions{TTL: f.ttl, LockDelay: f.lockDelay, Owner: f.owner})
+	var (
+		lease   *dlock.Lease
+		expired bool // --wait ran out
+	)
+	switch {
+	case f.noWait || (f.waitSet && f.wait == 0):
+		lease, err = mu.TryLock(ctx)
+	case f.waitSet:
+		lctx, cancel := context.WithTimeout(ctx, f.wait)
+		lease, err = mu.Lock(lctx)
+		expired = err != nil && ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded)
+		cancel()
+	default:
+		lease, err = mu.Lock(ctx)
+	}
+	switch {
+	case err == nil:
+		return lease, client, nil
+	case errors.Is(err, dlock.ErrInvalid):
+		return nil, client, usageErr(err)
+	case errors.Is(err, dlock.ErrLocked):
+		return nil, client, exitf(exitNotAcquired, "lock %q is held by another owner (not waiting)", name)
+	case expired:
+		return nil, client, exitf(exitNotAcquired, "lock %q not acquired within %v", name, f.wait)
+	default:
+		return nil, client, &exitError{code: classify(err), err: err}
+	}
+}
+
+// runChild runs CMD under the lease and decides the exit code.
+func (f *runFlags) runChild(e *env, lease *dlock.Lease, sigs <-chan os.Signal, argv []string) error {
+	c := exec.Command(argv[0], argv[1:]...)
+	c.Env = childEnv(e.environ(), lease.Name(), lease.Token())
+	c.Stdin, c.Stdout, c.Stderr = e.stdin, e.stdout, e.stderr
+	c.SysProcAttr = childSysProcAttr()
+	// When dlock's streams are not files, goroutines copy CMD's output; do
+	// not let a stray grandchild holding the pipe keep dlock waiting.
+	c.WaitDelay = time.Second
+	if err := c.Start(); err != nil {
+		f.release(e, lease)
+		code := exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = exitNotFound
+		}
+		return exitf(code, "run: cannot start %q: %v", argv[0], startErr(err))
+	}
+	pgid := c.Process.Pid // Setpgid: CMD leads a group of its own
+	waited := make(chan error, 1)
+	go func() { waited <- c.Wait() }()
+
+	var (
+		lost    bool
+		done    = lease.Done()
+		killC   <-chan time.Time
+		killT   *time.Timer
+		waitErr error
+	)
+loop:
+	for {
+		select {
+		case waitErr = <-waited:
+			break loop
+		case s := <-sigs:
+			if ss, ok := s.(syscall.Signal); ok {
+				_ = syscall.Kill(-pgid, ss)
+			}
+		case <-done:
+			done, lost = nil, true
+			if f.killGrace == 0 {
+				fmt.Fprintf(e.stderr, "dlock: lease on %q lost: %v; killing %s\n", lease.Name(), lease.Err(), argv[0])
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				continue
+			}
+			fmt.Fprintf(e.stderr, "dlock: lease on %q lost: %v; stopping %s (SIGTERM, SIGKILL after %v)\n",
+				lease.Name(), lease.Err(), argv[0], f.killGrace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			killT = time.NewTimer(f.killGrace)
+			killC = killT.C
+		case <-killC:
+			killC = nil
+			fmt.Fprintf(e.stderr, "dlock: %s still running %v after SIGTERM; sending SIGKILL\n", argv[0], f.killGrace)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	if killT != nil {
+		killT.Stop()
+	}
+	if lost || lease.Err() != nil {
+		if !lost {
+			// Lost in the instant CMD exited: its end may have overlapped
+			// the next holder, so the run is not reported as clean.
+			fmt.Fprintf(e.stderr, "dlock: lease on %q lost as %s exited: %v\n", lease.Name(), argv[0], lease.Err())
+		}
+		return &exitError{code: exitLeaseLost}
+	}
+	f.release(e, lease)
+	if c.ProcessState == nil {
+		return exitf(exitInternal, "run: waiting for %s: %v", argv[0], waitErr)
+	}
+	return &exitError{code: exitStatus(c.ProcessState)}
+}
+
+// release gives the lock up on a context of its own: dlock's signals and
+// deadlines must not leave it held until its TTL.
+func (f *runFlags) release(e *env, lease *dlock.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := lease.Unlock(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "dlock: warning: releasing %q: %v (it frees itself when the lease expires)\n", lease.Name(), err)
+	}
+}
+
+// childEnv is environ with DLOCK_NAME and DLOCK_TOKEN set (replacing any
+// inherited values).
+func childEnv(environ []string, name string, token uint64) []string {
+	out := make([]string, 0, len(environ)+2)
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "DLOCK_NAME=") || strings.HasPrefix(kv, "DLOCK_TOKEN=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(token, 10))
+}
+
+// exitStatus is a shell's view of how a process ended: its exit code, or
+// 128+N if signal N killed it.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func signum(s os.Signal) int {
+	if ss, ok := s.(syscall.Signal); ok {
+		return int(ss)
+	}
+	return 1
+}
+
+// startErr drops exec's repetition of the program name.
+func startErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		return ee.Err
+	}
+	return err
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dlock/dlock"
+	"github.com/spf13/cobra"
+)
+
+// addURLFlag adds --url to cmd and returns where its value lands.
+func addURLFlag(cmd *cobra.Command) *string {
+	return cmd.Flags().String("url", "",
+		"backend URL (default $DLOCK_URL, else sqlite in $XDG_STATE_HOME/dlock/locks.db)")
+}
+
+// backendURL picks the URL to open: the flag, else $DLOCK_URL, else the
+// default SQLite file, whose directory it creates.
+func backendURL(flag string, e *env) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if v := e.getenv("DLOCK_URL"); v != "" {
+		return v, nil
+	}
+	path, err := defaultDBPath(e)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		// The path holds no secret; name it so the user can fix it.
+		return "", exitf(exitUnavailable, "cannot create the state directory: %v (or set DLOCK_URL / --url)", err)
+	}
+	return sqliteURL(path), nil
+}
+
+// defaultDBPath is $XDG_STATE_HOME/dlock/locks.db, or
+// $HOME/.local/state/dlock/locks.db when XDG_STATE_HOME is unset or not
+// absolute (the XDG Base Directory spec says to ignore relative values).
+func defaultDBPath(e *env) (string, error) {
+	if d := e.getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "dlock", "locks.db"), nil
+	}
+	home := e.getenv("HOME")
+	if !filepath.IsAbs(home) {
+		return "", usageErr(errors.New("no state directory for the default lock database: set HOME or XDG_STATE_HOME, or give --url / $DLOCK_URL"))
+	}
+	return filepath.Join(home, ".local", "state", "dlock", "locks.db"), nil
+}
+
+// sqliteURL turns an absolute file path into a sqlite:// URL: an empty host
+// and the path escaped, so spaces, '?', '#' and '%' survive the round trip
+// (sqlite:///home/a%20b/locks.db).
+func sqliteURL(absPath string) string {
+	u := url.URL{Scheme: "sqlite", Path: filepath.ToSlash(absPath)}
+	return u.String()
+}
+
+// schemeList lists the registered URL schemes for help text.
+func schemeList() string {
+	s := dlock.Schemes()
+	for i, v := range s {
+		s[i] = v + "://"
+	}
+	return strings.Join(s, ", ")
+}

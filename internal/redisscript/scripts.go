@@ -9,14 +9,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Every script reads the server's clock with TIME, so expiry is decided by
-// the server alone. redis.replicate_commands makes that legal on servers
-// older than 5.0 (later servers always replicate scripts by effects and
-// treat the call as a no-op).
+// Scripts that need the time read the server's clock with TIME, so expiry
+// is decided by the server alone, and only when a lock-delay is involved:
+// without one, the key's own PX expiry is the lease's, and a key that exists
+// is a live lease. redis.replicate_commands makes TIME legal before writes
+// on servers older than 5.0 (later servers always replicate scripts by
+// effects and treat the call as a no-op).
 const clock = `
-if redis.replicate_commands then pcall(redis.replicate_commands) end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local nowms
+local function now()
+  if not nowms then
+    if redis.replicate_commands then pcall(redis.replicate_commands) end
+    local t = redis.call('TIME')
+    nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return nowms
+end
+-- live reports whether a lease whose hash holds exp has not expired.
+local function live(exp)
+  return (not exp) or tonumber(exp) > now()
+end
 `
 
 // acquireSrc grants, re-enters or refuses a lock.
@@ -24,28 +36,36 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 //	KEYS[1] lock hash, KEYS[2] fence counter
 //	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms
 //
-// The key lives for TTL + lock-delay (PX); the field exp holds the lease's
-// own expiry. Between exp and the key's expiry the lock is in its lock-delay:
-// it still exists, so nobody can take it, but it is no longer held, so its
-// owner can neither renew, re-enter nor release it. Returns
-// {1, count, fence} on a grant, {0, pttl, fence, owner} on a refusal.
+// The key lives for TTL + lock-delay (PX). With a lock-delay the fields exp
+// (the lease's own expiry, server ms) and delay are set too: between exp and
+// the key's expiry the lock is in its lock-delay: the key still exists, so
+// nobody can take it, but it is no longer held, so its owner can neither
+// renew, re-enter nor release it. Returns {1, count, fence} on a grant,
+// {0, pttl, fence, owner} on a refusal.
 var acquireSrc = clock + `
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'exp')
+local count, fence
 if h[1] then
-  if h[1] == ARGV[1] and tonumber(h[4]) > now then
-    local count = tonumber(h[2]) + 1
-    redis.call('HSET', KEYS[1], 'count', count, 'exp', now + ttl, 'delay', delay)
-    redis.call('PEXPIRE', KEYS[1], ttl + delay)
-    return {1, count, h[3]}
+  if h[1] ~= ARGV[1] or not live(h[4]) then
+    return {0, redis.call('PTTL', KEYS[1]), h[3], h[1]}
   end
-  return {0, redis.call('PTTL', KEYS[1]), h[3], h[1]}
+  count = tonumber(h[2]) + 1
+  fence = h[3]
+  redis.call('HSET', KEYS[1], 'count', count)
+else
+  count = 1
+  fence = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
 end
-local fence = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence, 'exp', now + ttl, 'delay', delay)
+if delay > 0 then
+  redis.call('HSET', KEYS[1], 'exp', now() + ttl, 'delay', delay)
+elseif h[4] then
+  redis.call('HDEL', KEYS[1], 'exp', 'delay')
+end
 redis.call('PEXPIRE', KEYS[1], ttl + delay)
-return {1, 1, fence}
+return {1, count, fence}
 `
 
 // releaseSrc gives up one hold.
@@ -59,7 +79,7 @@ return {1, 1, fence}
 // release channel.
 var releaseSrc = clock + `
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'exp')
-if h[1] ~= ARGV[1] or (ARGV[2] ~= '0' and h[3] ~= ARGV[2]) or tonumber(h[4]) <= now then
+if h[1] ~= ARGV[1] or (ARGV[2] ~= '0' and h[3] ~= ARGV[2]) or not live(h[4]) then
   return -1
 end
 local count = tonumber(h[2]) - 1
@@ -78,16 +98,20 @@ return 0
 //	ARGV[3i-2] owner, ARGV[3i-1] token ("0": do not check), ARGV[3i] TTL ms
 //
 // Returns one integer per key: 1 renewed, 0 not held. The lock-delay stored
-// at grant time is kept.
+// at grant time is kept (the key lives for TTL plus it again).
 var renewSrc = clock + `
 local r = {}
 for i = 1, #KEYS do
   local b = (i - 1) * 3
   local h = redis.call('HMGET', KEYS[i], 'owner', 'fence', 'exp', 'delay')
-  if h[1] == ARGV[b + 1] and (ARGV[b + 2] == '0' or h[2] == ARGV[b + 2]) and tonumber(h[3]) > now then
+  if h[1] == ARGV[b + 1] and (ARGV[b + 2] == '0' or h[2] == ARGV[b + 2]) and live(h[3]) then
     local ttl = tonumber(ARGV[b + 3])
-    redis.call('HSET', KEYS[i], 'exp', now + ttl)
-    redis.call('PEXPIRE', KEYS[i], ttl + tonumber(h[4]))
+    if h[4] then
+      redis.call('HSET', KEYS[i], 'exp', now() + ttl)
+      redis.call('PEXPIRE', KEYS[i], ttl + tonumber(h[4]))
+    else
+      redis.call('PEXPIRE', KEYS[i], ttl)
+    end
     r[i] = 1
   else
     r[i] = 0
@@ -118,12 +142,11 @@ return 1
 // it goes. Nothing is published (an expiry is silent). The fencing counter
 // is untouched. Returns 1 if there was a grant, 0 if not.
 var dropSrc = clock + `
-local d = redis.call('HGET', KEYS[1], 'delay')
-if not d then return 0 end
-d = tonumber(d)
-if d > 0 then
-  redis.call('HSET', KEYS[1], 'exp', now)
-  redis.call('PEXPIRE', KEYS[1], d)
+local h = redis.call('HMGET', KEYS[1], 'owner', 'delay')
+if not h[1] then return 0 end
+if h[2] then
+  redis.call('HSET', KEYS[1], 'exp', now())
+  redis.call('PEXPIRE', KEYS[1], h[2])
 else
   redis.call('DEL', KEYS[1])
 end

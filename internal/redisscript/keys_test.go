@@ -1,0 +1,68 @@
+package redisscript
+
+import (
+	"strings"
+	"testing"
+)
+
+// hashTag is the part of a key Redis Cluster hashes: the text between the
+// first '{' and the next '}', when non-empty.
+func hashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+func TestKeysShareSlotAndRoundTrip(t *testing.T) {
+	names := []string{"orders/42", "a{b}c", "{", "}", "{}", "~x", "~", "x~", "日本語", "a:fence", "a}:fence", "a b", "~" + "YXtifWM"}
+	seen := map[string]string{}
+	for _, n := range names {
+		k := KeysFor(DefaultPrefix, n)
+		tag := hashTag(k.Lock)
+		if hashTag(k.Fence) != tag || hashTag(k.Channel) != tag {
+			t.Errorf("%q: keys %q %q %q do not share the hash tag %q", n, k.Lock, k.Fence, k.Channel, tag)
+		}
+		if strings.ContainsAny(tag, "{}") || tag == "" {
+			t.Errorf("%q: bad hash tag %q", n, tag)
+		}
+		for _, key := range []string{k.Lock, k.Fence, k.Channel} {
+			if other, dup := seen[key]; dup {
+				t.Errorf("names %q and %q share key %q", n, other, key)
+			}
+			seen[key] = n
+		}
+		got, fence, ok := NameFromKey(DefaultPrefix, k.Lock)
+		if !ok || fence || got != n {
+			t.Errorf("NameFromKey(%q) = %q, %v, %v; want %q", k.Lock, got, fence, ok, n)
+		}
+		got, fence, ok = NameFromKey(DefaultPrefix, k.Fence)
+		if !ok || !fence || got != n {
+			t.Errorf("NameFromKey(%q) = %q, %v, %v; want %q fence", k.Fence, got, fence, ok, n)
+		}
+		if _, _, ok := NameFromKey(DefaultPrefix, k.Channel); ok {
+			t.Errorf("NameFromKey accepted channel %q", k.Channel)
+		}
+	}
+	if _, _, ok := NameFromKey(DefaultPrefix, "other:{x}"); ok {
+		t.Error("NameFromKey accepted a key of another prefix")
+	}
+}
+
+func TestCheckPrefix(t *testing.T) {
+	for _, p := range []string{"dlock:", "app1:locks:", ""} {
+		if err := CheckPrefix(p); err != nil {
+			t.Errorf("CheckPrefix(%q) = %v", p, err)
+		}
+	}
+	for _, p := range []string{"a{", "}", "a*", "q?", "x[1]", "t\n"} {
+		if err := CheckPrefix(p); err == nil {
+			t.Errorf("CheckPrefix(%q) accepted", p)
+		}
+	}
+}

@@ -51,9 +51,10 @@ func (c *Cluster) External() bool { return c.external }
 // returns an error when no reachable member names a leader.
 func (c *Cluster) Leader() (int, error) { return c.leader(c) }
 
-// Restart restarts every member at once (see Server.Restart) and waits until
-// all answer. Use it rather than one Restart per member after the cluster has
-// lost its quorum: a lone etcd member does not answer until a quorum is back.
+// Restart kills every member, then restarts them all at once (see
+// Server.Restart) and waits until all answer. Use it rather than one Restart
+// per member after the cluster has lost its quorum: a lone etcd member does not
+// answer until a quorum is back. With wipe the cluster starts again empty.
 func (c *Cluster) Restart(wipe bool) error {
 	if c.external {
 		if c.tb != nil {
@@ -63,6 +64,12 @@ func (c *Cluster) Restart(wipe bool) error {
 		return fmt.Errorf("Restart %s: %w", c.kind, ErrExternal)
 	}
 	errs := make([]error, len(c.Members))
+	for i, m := range c.Members {
+		errs[i] = m.Kill()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	var wg sync.WaitGroup
 	for i, m := range c.Members {
 		wg.Add(1)

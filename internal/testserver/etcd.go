@@ -71,6 +71,18 @@ func StartEtcd(members int) (*Cluster, error) {
 		m.initData = func() error { return nil } // etcd creates its data directory
 		clientURL := "http://" + m.addr
 		peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPorts[i])
+		state := "new"
+		if members > 1 {
+			// A wiped member cannot bootstrap again under its old identity
+			// ("member has already been bootstrapped"): while the others
+			// run, it is removed from the cluster and added back as a new
+			// member, as an operator replaces a failed disk.
+			m.wiped = func() error {
+				var err error
+				state, err = etcdReplaceMember(c, i, peerURL)
+				return err
+			}
+		}
 		m.command = func() *exec.Cmd {
 			return exec.Command(bin,
 				"--name", fmt.Sprintf("m%d", i),
@@ -80,7 +92,7 @@ func StartEtcd(members int) (*Cluster, error) {
 				"--listen-peer-urls", peerURL,
 				"--initial-advertise-peer-urls", peerURL,
 				"--initial-cluster", strings.Join(initial, ","),
-				"--initial-cluster-state", "new",
+				"--initial-cluster-state", state,
 				"--initial-cluster-token", "dlock-test-"+token,
 				"--heartbeat-interval", "100",
 				"--election-timeout", "1000",
@@ -95,6 +107,60 @@ func StartEtcd(members int) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// etcdReplaceMember removes member i (whose data was wiped) from the running
+// cluster and adds it back under a new ID, returning the
+// --initial-cluster-state it must start with: "existing", or "new" when no
+// other member is running (the whole cluster is being started afresh).
+func etcdReplaceMember(c *Cluster, i int, peerURL string) (string, error) {
+	var via string
+	for j, m := range c.Members {
+		if j != i && m.Running() {
+			via = m.Addr()
+			break
+		}
+	}
+	if via == "" {
+		return "new", nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type member struct {
+		ID       string   `json:"ID"`
+		PeerURLs []string `json:"peerURLs"`
+	}
+	var list struct {
+		Members []member `json:"members"`
+	}
+	err := poll(ctx, nil, func(ctx context.Context) error {
+		return etcdHTTPBody(ctx, via, "/v3/cluster/member/list", "{}", &list)
+	})
+	if err != nil {
+		return "", fmt.Errorf("etcd member list: %w", err)
+	}
+	for _, m := range list.Members {
+		for _, u := range m.PeerURLs {
+			if u != peerURL {
+				continue
+			}
+			err := poll(ctx, nil, func(ctx context.Context) error {
+				var out struct{}
+				return etcdHTTPBody(ctx, via, "/v3/cluster/member/remove", fmt.Sprintf(`{"ID":%q}`, m.ID), &out)
+			})
+			if err != nil {
+				return "", fmt.Errorf("etcd member remove: %w", err)
+			}
+		}
+	}
+	err = poll(ctx, nil, func(ctx context.Context) error {
+		var out struct{}
+		return etcdHTTPBody(ctx, via, "/v3/cluster/member/add", fmt.Sprintf(`{"peerURLs":[%q]}`, peerURL), &out)
+	})
+	if err != nil {
+		return "", fmt.Errorf("etcd member add: %w", err)
+	}
+	return "existing", nil
 }
 
 // etcdHealth asks a member's /health endpoint, which is true only when the
@@ -155,10 +221,18 @@ func etcdLeader(c *Cluster) (int, error) {
 // etcdHTTP calls one of etcd's HTTP endpoints and decodes the JSON reply.
 // Keep-alives are off so no connection goroutine outlives the call.
 func etcdHTTP(ctx context.Context, method, addr, path string, out any) error {
-	var body io.Reader
 	if method == http.MethodPost {
-		body = strings.NewReader("{}")
+		return etcdHTTPBody(ctx, addr, path, "{}", out)
 	}
+	return etcdDo(ctx, method, addr, path, nil, out)
+}
+
+// etcdHTTPBody POSTs a JSON body to etcd's gateway.
+func etcdHTTPBody(ctx context.Context, addr, path, body string, out any) error {
+	return etcdDo(ctx, http.MethodPost, addr, path, strings.NewReader(body), out)
+}
+
+func etcdDo(ctx context.Context, method, addr, path string, body io.Reader, out any) error {
 	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
 	if err != nil {
 		return err

@@ -60,6 +60,7 @@ type Server struct {
 	port     int                             // client port, kept across restarts
 	dataDir  string                          // removed by Restart(true)
 	initData func() error                    // creates dataDir's contents from nothing
+	wiped    func() error                    // optional, run after a wipe's initData (etcd rejoins its cluster)
 	command  func() *exec.Cmd                // builds the server command line
 	ready    func(ctx context.Context) error // one real request; nil error means it answers
 	after    func(ctx context.Context) error // optional, run once it answers (create databases)
@@ -170,6 +171,11 @@ func (s *Server) Restart(wipe bool) error {
 		}
 		if err := s.initData(); err != nil {
 			return fmt.Errorf("testserver: Restart %s: %w", s.kind, err)
+		}
+		if s.wiped != nil {
+			if err := s.wiped(); err != nil {
+				return fmt.Errorf("testserver: Restart %s: %w", s.kind, err)
+			}
 		}
 	}
 	return s.startLocked()

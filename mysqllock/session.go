@@ -90,9 +90,10 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 		h.destroy(errors.New("mysqllock: driver closed"))
 		return driver.Grant{}, errors.New("mysqllock: driver is closed")
 	}
-	if other := d.holds[req.Name]; other != nil {
-		other.destroy(sqlcommon.SessionLost(nil))
-	}
+	// A hold still listed under this name is finished on the server (the
+	// server just granted the lock to this connection): it is mid-release
+	// or lost, and its own goroutine removes nothing but itself. Replacing
+	// it here, without touching its lock, keeps the lock order h.mu → d.mu.
 	d.holds[req.Name] = h
 	d.mu.Unlock()
 	return h.grant(req.TTL), nil

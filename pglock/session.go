@@ -98,12 +98,10 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 		h.destroy(errors.New("pglock: driver closed"))
 		return driver.Grant{}, errors.New("pglock: driver is closed")
 	}
-	if other := d.holds[req.Name]; other != nil {
-		// Only possible if another goroutine of this driver re-acquired
-		// the name after ours was lost: the server granted ours, so the
-		// other hold is stale.
-		other.destroy(sqlcommon.SessionLost(nil))
-	}
+	// A hold still listed under this name is finished on the server (the
+	// server just granted the lock to this connection): it is mid-release
+	// or lost, and its own goroutine removes nothing but itself. Replacing
+	// it here, without touching its lock, keeps the lock order h.mu → d.mu.
 	d.holds[req.Name] = h
 	d.mu.Unlock()
 	return h.grant(req.TTL), nil

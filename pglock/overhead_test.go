@@ -1,0 +1,115 @@
+package pglock
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock/dlock"
+)
+
+// BenchmarkSameWorkFloor compares TryLock+Unlock with the very statements
+// the driver sends, issued bare on one connection. The locktest floors
+// leave out work the driver must do (the durable fence increment of the
+// session modes, NOTIFY on release); this ratio is the cost of the dlock
+// layers alone.
+func BenchmarkSameWorkFloor(b *testing.B) {
+	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
+		b.Run(string(mode), func(b *testing.B) {
+			ctx := context.Background()
+			hn, err := newHarnessFor(mode)(ctx, b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := hn.(*harness)
+			defer h.Close()
+			d, err := h.NewDriver(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
+			defer c.Close()
+			pd := d.(*Driver)
+			conn, err := pd.pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Release()
+			name := randomName("samework")
+			bareName := name + "-bare"
+			q := pd.q
+			bare := func() error {
+				switch mode {
+				case ModeLease:
+					var won bool
+					var fence, retry int64
+					var count int
+					if err := conn.QueryRow(ctx, q.leaseAcquire, bareName, "o", int64(30e6), int64(0)).Scan(&won, &fence, &count, &retry); err != nil {
+						return err
+					}
+					var rem int
+					var n *bool
+					return conn.QueryRow(ctx, q.leaseRelease, bareName, "o", fence, pd.channel).Scan(&rem, &n)
+				case ModeAdvisory:
+					var ok bool
+					var fence int64
+					var old string
+					k := AdvisoryKey(bareName)
+					if err := conn.QueryRow(ctx, q.advisoryAcquire, k, bareName, "o", "30000").Scan(&ok, &fence, &old); err != nil {
+						return err
+					}
+					var n *bool
+					return conn.QueryRow(ctx, q.advisoryReleaseReset, k, pd.channel, bareName, old).Scan(&ok, &n, nil)
+				default:
+					bt := &pgx.Batch{}
+					bt.Queue("BEGIN")
+					bt.Queue(q.rowLock, bareName, "30000")
+					if err := conn.SendBatch(ctx, bt).Close(); err != nil {
+						return err
+					}
+					var fence int64
+					if err := pd.pool.QueryRow(ctx, q.fenceBump, bareName, "o").Scan(&fence); err != nil {
+						return err
+					}
+					bt = &pgx.Batch{}
+					bt.Queue(q.rowNotify, pd.channel, bareName)
+					bt.Queue("COMMIT")
+					return conn.SendBatch(ctx, bt).Close()
+				}
+			}
+			if mode == ModeRowLock {
+				if _, err := conn.Exec(ctx, q.rowEnsure, bareName); err != nil {
+					b.Fatal(err)
+				}
+			}
+			m := c.NewMutex(name, nil)
+			var ds, fs []time.Duration
+			for i := 0; i < b.N+5; i++ {
+				t0 := time.Now()
+				if err := bare(); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				l, err := m.TryLock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if i >= 5 {
+					fs = append(fs, t1.Sub(t0))
+					ds = append(ds, time.Since(t1))
+				}
+			}
+			med := func(x []time.Duration) time.Duration {
+				sort.Slice(x, func(i, j int) bool { return x[i] < x[j] })
+				return x[len(x)/2]
+			}
+			b.ReportMetric(float64(med(ds))/float64(med(fs)), "x-same-work")
+		})
+	}
+}

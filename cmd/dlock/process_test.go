@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite" // database/sql driver "sqlite", to tamper with the lock table
+)
+
+// procEnv is the environment of a dlock process under test: this process's,
+// without any dlock or XDG settings, plus DLOCK_URL and a private HOME.
+func procEnv(t *testing.T, dbURL string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "DLOCK_") || strings.HasPrefix(kv, "XDG_STATE_HOME=") || strings.HasPrefix(kv, "HOME=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "DLOCK_URL="+dbURL, "HOME="+t.TempDir())
+}
+
+// startDlock starts the dlock binary with args and collects its output.
+func startDlock(t *testing.T, dbURL string, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(dlockBinary(t), args...)
+	cmd.Env = procEnv(t, dbURL)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd, out
+}
+
+// waitExit waits for cmd with a deadline and returns its exit code.
+func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("wait: %v", err)
+		}
+		return exitStatus(cmd.ProcessState)
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("dlock did not exit within %v", d)
+		return -1
+	}
+}
+
+// TestProcessMutualExclusion: eight dlock processes race for one lock on one
+// SQLite file; each child does an unprotected read-modify-write of a counter
+// file and appends its token to a log.
+func TestProcessMutualExclusion(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	dir := t.TempDir()
+	counter, log := filepath.Join(dir, "counter"), filepath.Join(dir, "tokens")
+	if err := os.WriteFile(counter, []byte("0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The sleep widens the window in which an unlocked run would lose an update.
+	script := `n=$(cat "$1"); sleep 0.02; echo $((n+1)) > "$1"; echo "$DLOCK_TOKEN" >> "$2"`
+	const n = 8
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]*syncBuffer, n)
+	for i := range cmds {
+		cmds[i], outs[i] = startDlock(t, dbURL, "run", "--ttl", "10s", "counter", "--", "sh", "-c", script, "sh", counter, log)
+	}
+	for i, cmd := range cmds {
+		if code := waitExit(t, cmd, 2*time.Minute); code != 0 {
+			t.Errorf("dlock %d: exit %d: %s", i, code, outs[i])
+		}
+	}
+	if got := readFile(t, counter); got != strconv.Itoa(n) {
+		t.Fatalf("counter %s after %d locked increments: lost update", got, n)
+	}
+	lines := strings.Fields(readFile(t, log))
+	if len(lines) != n {
+		t.Fatalf("token log has %d lines, want %d: %q", len(lines), n, lines)
+	}
+	var prev uint64
+	for i, l := range lines {
+		tok, err := strconv.ParseUint(l, 10, 64)
+		if err != nil || tok <= prev {
+			t.Fatalf("token %d is %q after %d: not strictly increasing (%q)", i, l, prev, lines)
+		}
+		prev = tok
+	}
+
+	// status (as a process) sees the last token and a free lock.
+	cmd, out := startDlock(t, dbURL, "status", "--json")
+	if code := waitExit(t, cmd, time.Minute); code != 0 {
+		t.Fatalf("status: exit %d: %s", code, out)
+	}
+	var rows []lockJSON
+	if err := json.Unmarshal([]byte(out.String()), &rows); err != nil {
+		t.Fatalf("status --json %q: %v", out, err)
+	}
+	if len(rows) != 1 || rows[0].Name != "counter" || rows[0].Token != prev || rows[0].Owner != "" {
+		t.Fatalf("status --json after the runs: %s", out)
+	}
+}
+
+func TestProcessNotAcquired(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	holdLock(t, dbURL, "busy", nil)
+	marker := filepath.Join(t.TempDir(), "ran")
+
+	cmd, out := startDlock(t, dbURL, "run", "--no-wait", "busy", "--", "touch", marker)
+	if code := waitExit(t, cmd, time.Minute); code != exitNotAcquired {
+		t.Fatalf("--no-wait: exit %d, want %d: %s", code, exitNotAcquired, out)
+	}
+
+	start := time.Now()
+	cmd, out = startDlock(t, dbURL, "run", "--wait", "300ms", "busy", "--", "touch", marker)
+	if code := waitExit(t, cmd, time.Minute); code != exitNotAcquired {
+		t.Fatalf("--wait 300ms: exit %d, want %d: %s", code, exitNotAcquired, out)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("--wait 300ms exited after %v", el)
+	}
+	if fileExists(marker)() {
+		t.Fatal("the child ran although the lock was not acquired")
+	}
+}
+
+func TestProcessExitCodes(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	for _, tc := range []struct {
+		script string
+		want   int
+	}{
+		{"exit 0", 0},
+		{"exit 3", 3},
+		{"kill -KILL $$", 128 + int(syscall.SIGKILL)},
+	} {
+		cmd, out := startDlock(t, dbURL, "run", "codes", "--", "sh", "-c", tc.script)
+		if code := waitExit(t, cmd, time.Minute); code != tc.want {
+			t.Errorf("%q: exit %d, want %d: %s", tc.script, code, tc.want, out)
+		}
+	}
+	cmd, out := startDlock(t, dbURL, "run", "--bogus", "codes", "--", "true")
+	if code := waitExit(t, cmd, time.Minute); code != exitUsage {
+		t.Errorf("bad flag: exit %d, want %d: %s", code, exitUsage, out)
+	}
+}
+
+func TestProcessSignalForwarding(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")
+			name := strings.TrimPrefix(sigName(sig), "SIG")
+			script := `trap 'echo ` + name + ` >> "$2"; exit 7' ` + name + `; touch "$1"; while :; do sleep 0.01; done`
+			cmd, out := startDlock(t, dbURL, "run", "fwd", "--", "sh", "-c", script, "sh", ready, got)
+			waitFor(t, "child to start", time.Minute, fileExists(ready))
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if code := waitExit(t, cmd, time.Minute); code != 7 {
+				t.Fatalf("exit %d, want the child's 7: %s", code, out)
+			}
+			if s := readFile(t, got); s != name {
+				t.Fatalf("child's trap log %q, want %s once", s, name)
+			}
+			// Released: the next run gets the lock at once.
+			cmd, out = startDlock(t, dbURL, "run", "--no-wait", "fwd", "--", "true")
+			if code := waitExit(t, cmd, time.Minute); code != 0 {
+				t.Fatalf("lock not released after the child exited: exit %d: %s", code, out)
+			}
+		})
+	}
+}
+
+// TestProcessLeaseLost takes the lease away behind dlock's back, by
+// rewriting the lock's row in the SQLite file, and expects the child to be
+// stopped and dlock to exit 76.
+func TestProcessLeaseLost(t *testing.T) {
+	dbURL, path := sqliteTestURL(t)
+	dir := t.TempDir()
+	ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")
+	cmd, out := startDlock(t, dbURL, "run", "--ttl", "600ms", "--kill-grace", "5s", "lost", "--", "sh", "-c",
+		`trap 'echo TERM > "$2"; exit 0' TERM; touch "$1"; while :; do sleep 0.01; done`, "sh", ready, got)
+	waitFor(t, "child to start", time.Minute, fileExists(ready))
+
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "PRAGMA busy_timeout = 10000"); err != nil {
+		t.Fatal(err)
+	}
+	res, err := db.ExecContext(ctx, `UPDATE dlock_locks SET owner = 'intruder' WHERE name = 'lost' AND count > 0`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("tampering updated %d rows, want 1", n)
+	}
+	if code := waitExit(t, cmd, time.Minute); code != exitLeaseLost {
+		t.Fatalf("exit %d, want %d: %s", code, exitLeaseLost, out)
+	}
+	if s := readFile(t, got); s != "TERM" {
+		t.Fatalf("child got %q, want TERM", s)
+	}
+	if !strings.Contains(out.String(), "lease") || !strings.Contains(out.String(), "lost") {
+		t.Fatalf("output %q does not report the loss", out)
+	}
+}
+
+// TestProcessDlockKilled: if dlock itself is killed, nobody renews the lease,
+// so its child must not outlive it.
+func TestProcessDlockKilled(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux-only")
+	}
+	dbURL, _ := sqliteTestURL(t)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd, _ := startDlock(t, dbURL, "run", "orphan", "--", "sh", "-c",
+		`echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while :; do sleep 0.01; done`, "sh", pidFile)
+	waitFor(t, "child to start", time.Minute, fileExists(pidFile))
+	pid, err := strconv.Atoi(readFile(t, pidFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, fmt.Sprintf("child %d to die with dlock", pid), 30*time.Second, func() bool { return !alive(pid) })
+}
+
+// alive reports whether pid runs (a zombie does not count).
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}

@@ -9,7 +9,7 @@
 // # How a lock works
 //
 // A driver owns one etcd lease (its session), granted on first use and kept
-// alive by the client library. Every lock the driver takes is a key
+// alive by the driver every TTL/3. Every lock the driver takes is a key
 //
 //	<prefix><name>/<lease ID in hex>-<hash of the owner>
 //
@@ -28,10 +28,14 @@
 //
 // # Sessions, TTL and loss
 //
-// A grant lives as long as the driver's lease. Grant.TTL reports the lease's
-// TTL (Options.SessionTTL), whatever TTL the request asked for: one lease is
-// shared by every lock of the driver, so its TTL cannot vary per lock. When
-// the lease ends (it expired because keepalives failed, or it was revoked),
+// A grant lives as long as the driver's lease, whatever TTL the request asked
+// for: one lease is shared by every lock of the driver, so its TTL cannot
+// vary per lock. Grant.TTL is the lease's TTL (Options.SessionTTL) counted
+// from the send time of the last keepalive the server confirmed, expressed
+// from the start of the acquire call: a little less than the lease TTL for
+// an immediate grant, more after a long wait in the queue. When the lease
+// ends (the server no longer knows it, or no keepalive was confirmed for a
+// whole TTL),
 // the Lost channel of every grant on it closes with a cause wrapping
 // driver.ErrSessionLost, and a waiter whose lease ends while waiting returns
 // an error at once rather than waiting on a key that no longer exists (etcd
@@ -109,9 +113,11 @@ type Driver struct {
 	prefix     string
 	ttlSeconds int64
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	ctx     context.Context // cancelled by Close
+	cancel  context.CancelFunc
+	gmu     sync.Mutex // guards stopped and wg.Add
+	stopped bool
+	wg      sync.WaitGroup
 
 	smu  sync.Mutex // serialises lease grants
 	sess *session   // the current lease, nil until first use or after loss
@@ -131,6 +137,24 @@ type session struct {
 	ttl  time.Duration
 	done chan struct{}
 	err  error // set before done closes
+
+	mu        sync.Mutex
+	refreshed time.Time // send time of the last confirmed grant or keepalive
+}
+
+// refresh records that a keepalive sent at sent was confirmed.
+func (s *session) refresh(sent time.Time) {
+	s.mu.Lock()
+	if sent.After(s.refreshed) {
+		s.refreshed = sent
+	}
+	s.mu.Unlock()
+}
+
+func (s *session) refreshedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refreshed
 }
 
 func (s *session) lost() bool {
@@ -223,31 +247,61 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 	if err := d.ctx.Err(); err != nil {
 		return nil, errors.New("etcdlock: driver is closed")
 	}
+	sent := time.Now()
 	resp, err := d.cli.Grant(ctx, d.ttlSeconds)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: grant lease: %w", err)
 	}
-	kach, err := d.cli.KeepAlive(d.ctx, resp.ID)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: keep lease %x alive: %w", int64(resp.ID), err)
-	}
-	s := &session{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, done: make(chan struct{})}
+	s := &session{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, done: make(chan struct{}), refreshed: sent}
 	d.sess = s
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		for range kach {
-		}
-		// The channel closes when the lease expires or is revoked, when its
-		// keepalives have failed for a whole TTL, or when the driver stops.
-		if d.ctx.Err() != nil {
-			s.err = fmt.Errorf("etcdlock: lease %x: driver closed: %w", int64(s.id), driver.ErrSessionLost)
-		} else {
-			s.err = fmt.Errorf("etcdlock: lease %x expired or was revoked: %w", int64(s.id), driver.ErrSessionLost)
-		}
-		close(s.done)
-	}()
+	if !d.spawn(func() { d.keepAlive(s) }) {
+		return nil, errors.New("etcdlock: driver is closed")
+	}
 	return s, nil
+}
+
+// keepAlive refreshes s every TTL/3 with KeepAliveOnce, recording the send
+// time of each confirmed refresh, and ends s when the server no longer knows
+// the lease or no refresh has been confirmed for a whole TTL (measured from
+// the send time of the last confirmed one, so the driver gives up no later
+// than the server does). It replaces the client library's KeepAlive, whose
+// deadline is measured from when a reply arrives.
+func (d *Driver) keepAlive(s *session) {
+	interval := s.ttl / 3
+	retry := min(interval, 200*time.Millisecond)
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	end := func(format string, args ...any) {
+		s.err = fmt.Errorf("etcdlock: lease %x: %s: %w", int64(s.id), fmt.Sprintf(format, args...), driver.ErrSessionLost)
+		close(s.done)
+	}
+	for {
+		select {
+		case <-d.ctx.Done():
+			end("driver closed")
+			return
+		case <-timer.C:
+		}
+		left := time.Until(s.refreshedAt().Add(s.ttl))
+		if left <= 0 {
+			end("no keepalive confirmed within its TTL %v", s.ttl)
+			return
+		}
+		ctx, cancel := context.WithTimeout(d.ctx, left)
+		sent := time.Now()
+		resp, err := d.cli.KeepAliveOnce(ctx, s.id)
+		cancel()
+		switch {
+		case err == nil && resp.TTL > 0:
+			s.refresh(sent)
+			timer.Reset(interval)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0):
+			end("expired or revoked")
+			return
+		default:
+			timer.Reset(retry) // unknown: try again soon, until the TTL runs out
+		}
+	}
 }
 
 // TryAcquire implements driver.Driver: one transaction that enqueues the
@@ -343,8 +397,8 @@ func (d *Driver) grant(h *handle, count int, start, sent time.Time) driver.Grant
 	}
 }
 
-// stillHeld reports whether h's key exists with h's create revision,
-// refreshing the lease at the same time (see txnAlive).
+// stillHeld reports whether h's key exists with h's create revision, and
+// when the lease was last known to be refreshed (see txnAlive).
 func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, time.Time, error) {
 	if h.sess.lost() {
 		return false, time.Time{}, nil
@@ -359,25 +413,12 @@ func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, time.Time, err
 	return resp.Succeeded, sent, nil
 }
 
-// txnAlive commits txn and, at the same time, sends one keepalive for sess's
-// lease, so that the lease is known to last at least its TTL from sent. The
-// client library's own keepalives run every TTL/3 and could have refreshed
-// the lease up to that long before the transaction. On a keepalive failure
-// the transaction's response, if any, is returned with the error.
+// txnAlive commits txn and returns the send time of the last keepalive of
+// sess's lease that the server confirmed: the lease lasts at least its TTL
+// from then.
 func (d *Driver) txnAlive(ctx context.Context, sess *session, txn clientv3.Txn) (*clientv3.TxnResponse, time.Time, error) {
-	sent := time.Now()
-	var kaErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { _, kaErr = d.cli.KeepAliveOnce(ctx, sess.id) })
 	resp, err := txn.Commit()
-	wg.Wait()
-	if err != nil {
-		return nil, sent, err
-	}
-	if kaErr != nil {
-		return resp, sent, fmt.Errorf("keep lease %x alive: %w", int64(sess.id), kaErr)
-	}
-	return resp, sent, nil
+	return resp, sess.refreshedAt(), err
 }
 
 // enqueue puts the request's key and, when wait is set, waits for its turn.
@@ -504,9 +545,7 @@ func (d *Driver) discard(key string, rev int64) {
 		return
 	}
 	sess := d.currentSession()
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	d.spawn(func() {
 		delay := 50 * time.Millisecond
 		for {
 			select {
@@ -522,7 +561,23 @@ func (d *Driver) discard(key string, rev int64) {
 			}
 			delay = min(2*delay, 2*time.Second)
 		}
+	})
+}
+
+// spawn runs f on a goroutine that stop waits for, unless the driver has
+// stopped.
+func (d *Driver) spawn(f func()) bool {
+	d.gmu.Lock()
+	defer d.gmu.Unlock()
+	if d.stopped {
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
 	}()
+	return true
 }
 
 func (d *Driver) currentSession() *session {
@@ -613,8 +668,8 @@ func (d *Driver) forget(hk holdKey, hd *handle) {
 	d.mu.Unlock()
 }
 
-// Renew implements driver.Driver. The lease is kept alive by the client
-// library; Renew proves it alive and every key still in place with one
+// Renew implements driver.Driver. The lease is kept alive by the driver's
+// own keepalive loop; Renew proves it alive and every key still in place with one
 // KeepAliveOnce per lease in the batch and one read-only transaction per 128
 // keys, all sent at once (one round trip of latency).
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
@@ -647,7 +702,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	}
 	for _, s := range list {
 		wg.Go(func() {
-			_, err := d.cli.KeepAliveOnce(ctx, s.id)
+			sent := time.Now()
+			resp, err := d.cli.KeepAliveOnce(ctx, s.id)
+			if err == nil && resp.TTL > 0 {
+				s.refresh(sent)
+			}
 			mu.Lock()
 			sessions[s] = err
 			mu.Unlock()
@@ -724,7 +783,10 @@ func (d *Driver) Close() error {
 
 // stop ends the driver's background work without revoking anything.
 func (d *Driver) stop() {
+	d.gmu.Lock()
+	d.stopped = true
 	d.cancel()
+	d.gmu.Unlock()
 	d.wg.Wait()
 }
 

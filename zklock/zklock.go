@@ -75,6 +75,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -130,10 +131,12 @@ type Driver struct {
 	ttl      time.Duration
 	acl      []zk.ACL
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // session watchers
-	dwg    sync.WaitGroup // background deletes
+	ctx      context.Context // cancelled by Close
+	cancel   context.CancelFunc
+	gmu      sync.Mutex // guards stopped and wg.Add
+	stopped  bool
+	wg       sync.WaitGroup // session watchers and background deletes
+	discards atomic.Int64   // background deletes still running
 
 	smu  sync.Mutex
 	sess *session
@@ -368,9 +371,7 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 	}
 	s := &session{id: r.id, done: make(chan struct{})}
 	d.sess = s
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	ok := d.spawn(func() {
 		for {
 			select {
 			case ev := <-r.ch:
@@ -392,8 +393,27 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 				return
 			}
 		}
-	}()
+	})
+	if !ok {
+		return nil, errors.New("zklock: driver is closed")
+	}
 	return s, nil
+}
+
+// spawn runs f on a goroutine that kill waits for, unless the driver has
+// stopped.
+func (d *Driver) spawn(f func()) bool {
+	d.gmu.Lock()
+	defer d.gmu.Unlock()
+	if d.stopped {
+		return false
+	}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // TryAcquire implements driver.Driver: it creates the request's node and,
@@ -770,9 +790,9 @@ func (d *Driver) discard(parent, prefix, path string, pending <-chan createResul
 			return
 		}
 	}
-	d.dwg.Add(1)
-	go func() {
-		defer d.dwg.Done()
+	d.discards.Add(1)
+	ok := d.spawn(func() {
+		defer d.discards.Add(-1)
 		if pending != nil {
 			select {
 			case r := <-pending:
@@ -799,7 +819,10 @@ func (d *Driver) discard(parent, prefix, path string, pending <-chan createResul
 			}
 			delay = min(2*delay, time.Second)
 		}
-	}()
+	})
+	if !ok {
+		d.discards.Add(-1)
+	}
 }
 
 func (d *Driver) tryDiscard(parent, prefix, path string) error {
@@ -934,14 +957,9 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 // closes the connection (ending the session, which deletes its nodes) only
 // when the driver opened it (through a URL).
 func (d *Driver) Close() error {
-	waited := make(chan struct{})
-	go func() {
-		d.dwg.Wait()
-		close(waited)
-	}()
-	select {
-	case <-waited:
-	case <-time.After(cleanupTimeout):
+	deadline := time.Now().Add(cleanupTimeout)
+	for d.discards.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
 	}
 	d.kill()
 	if d.ownsConn {
@@ -953,9 +971,11 @@ func (d *Driver) Close() error {
 // kill stops the driver's goroutines without any cleanup (also the test hook
 // for a crash).
 func (d *Driver) kill() {
+	d.gmu.Lock()
+	d.stopped = true
 	d.cancel()
+	d.gmu.Unlock()
 	d.wg.Wait()
-	d.dwg.Wait()
 }
 
 // connLoss reports whether err is a lost or missing connection, after which

@@ -126,8 +126,8 @@ func (s *Server) faultControl(what string) error {
 	return fmt.Errorf("%s %s: %w", what, s.kind, ErrExternal)
 }
 
-// Kill sends SIGKILL to the server's process group and waits until every
-// process in it has exited, as a crash of the machine would. Killing a server
+// Kill sends SIGKILL to the server and every process it started, and waits
+// until all have exited, as a crash of the machine would. Killing a server
 // that is not running does nothing.
 func (s *Server) Kill() error {
 	if err := s.faultControl("Kill"); err != nil {
@@ -144,9 +144,9 @@ func (s *Server) killLocked() error {
 		return nil
 	}
 	s.proc = nil
-	_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+	pids := signalTree(p.pgid, syscall.SIGKILL)
 	<-p.done
-	return waitGroupGone(p.pgid, 10*time.Second)
+	return waitGone(pids, 10*time.Second)
 }
 
 // Restart starts the server again on the same port and waits until it
@@ -181,8 +181,8 @@ func (s *Server) Restart(wipe bool) error {
 	return s.startLocked()
 }
 
-// Pause stops the server's process group with SIGSTOP: connections stay open
-// but nothing is answered until Resume.
+// Pause stops the server and every process it started with SIGSTOP:
+// connections stay open but nothing is answered until Resume.
 func (s *Server) Pause() error { return s.signal("Pause", syscall.SIGSTOP) }
 
 // Resume continues a paused server with SIGCONT.
@@ -197,9 +197,7 @@ func (s *Server) signal(what string, sig syscall.Signal) error {
 	if s.proc == nil {
 		return fmt.Errorf("testserver: %s %s: the server is not running", what, s.kind)
 	}
-	if err := syscall.Kill(-s.proc.pgid, sig); err != nil {
-		return fmt.Errorf("testserver: %s %s: %w", what, s.kind, err)
-	}
+	signalTree(s.proc.pgid, sig)
 	return nil
 }
 
@@ -237,15 +235,15 @@ func (s *Server) Stop() {
 		if sig == 0 {
 			sig = syscall.SIGTERM
 		}
-		_ = syscall.Kill(-p.pgid, syscall.SIGCONT)
+		signalTree(p.pgid, syscall.SIGCONT)
 		_ = syscall.Kill(p.cmd.Process.Pid, sig)
 		select {
 		case <-p.done:
 		case <-time.After(stopGrace):
 		}
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		pids := signalTree(p.pgid, syscall.SIGKILL)
 		<-p.done
-		_ = waitGroupGone(p.pgid, 5*time.Second)
+		_ = waitGone(pids, 5*time.Second)
 	}
 	if s.dir != "" {
 		_ = os.RemoveAll(s.dir)
@@ -351,48 +349,110 @@ func (s *Server) logTail() string {
 	return "---- " + s.logPath + " (tail) ----\n" + string(b)
 }
 
-// waitGroupGone waits until no live (non-zombie) process is left in process
-// group pgid, so that ports and shared memory are released before a restart.
-func waitGroupGone(pgid int, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		if !groupAlive(pgid) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("testserver: processes of group %d still alive after SIGKILL", pgid)
-		}
-		time.Sleep(10 * time.Millisecond) // polling the kernel's process table; there is nothing to wait on
+// signalTree sends sig to process pid, to its process group and to every
+// descendant, and returns the pids it signalled. Descendants matter because
+// some servers move their children into groups of their own (PostgreSQL
+// backends call setsid). For SIGKILL and SIGSTOP the leader is stopped first,
+// so it cannot fork while its children are collected.
+func signalTree(pid int, sig syscall.Signal) []int {
+	if sig == syscall.SIGKILL || sig == syscall.SIGSTOP {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
 	}
+	pids := append([]int{pid}, descendants(pid)...)
+	_ = syscall.Kill(-pid, sig)
+	for _, p := range pids {
+		_ = syscall.Kill(p, sig)
+	}
+	return pids
 }
 
-func groupAlive(pgid int) bool {
+// procStat is the part of /proc/<pid>/stat this file needs.
+type procStat struct {
+	pid, ppid int
+	state     byte
+}
+
+func readProcs() []procStat {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return syscall.Kill(-pgid, 0) == nil
+		return nil
 	}
+	var out []procStat
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
 		i := strings.LastIndexByte(string(b), ')')
 		if i < 0 {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+		if len(f) < 2 || len(f[0]) == 0 {
 			continue
 		}
-		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
-			return true
+		ppid, _ := strconv.Atoi(f[1])
+		out = append(out, procStat{pid: pid, ppid: ppid, state: f[0][0]})
+	}
+	return out
+}
+
+// descendants returns the pids of every live descendant of pid.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	for _, p := range readProcs() {
+		children[p.ppid] = append(children[p.ppid], p.pid)
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
 		}
 	}
-	return false
+	return out
+}
+
+// waitGone waits until none of pids is a live (non-zombie) process, so that
+// ports and shared memory are released before a restart.
+func waitGone(pids []int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		alive := 0
+		for _, p := range pids {
+			if processAlive(p) {
+				alive++
+			}
+		}
+		if alive == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testserver: %d server processes still alive after SIGKILL", alive)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the kernel's process table; there is nothing to wait on
+	}
+}
+
+func processAlive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return syscall.Kill(pid, 0) == nil && !os.IsNotExist(err)
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	st := b[i+2]
+	return st != 'Z' && st != 'X'
 }
 
 // ---- shared helpers for the kinds ----

@@ -2,13 +2,45 @@ package mysqllock
 
 import (
 	"os"
+	"sync"
 	"testing"
+
+	"github.com/dlock/dlock/internal/testserver"
 )
 
-// serverURL returns the mysql:// URL of the server the tests use.
+// One MariaDB server for the package's tests, started on first use by
+// internal/testserver (or the one DLOCK_TEST_MYSQL_URL names) and stopped
+// by TestMain.
+var (
+	srvOnce sync.Once
+	srv     *testserver.Server
+	srvURL  string
+	srvErr  error
+)
+
+// serverURL returns the URL of the MariaDB server the tests use.
 func serverURL(t testing.TB) string {
-	if u := os.Getenv("DLOCK_TEST_MYSQL_URL"); u != "" {
-		return u
+	t.Helper()
+	srvOnce.Do(func() {
+		if u := os.Getenv("DLOCK_TEST_MYSQL_URL"); u != "" {
+			srvURL = u
+			return
+		}
+		srv, srvErr = testserver.StartMariaDB(nil)
+		if srvErr == nil {
+			srvURL = srv.URL()
+		}
+	})
+	if srvErr != nil {
+		t.Fatalf("starting MariaDB: %v", srvErr)
 	}
-	return "mysql://root@127.0.0.1:3306/test"
+	return srvURL
 }
+
+func stopServer() {
+	if srv != nil {
+		srv.Stop()
+	}
+}
+
+

@@ -1,0 +1,117 @@
+package mysqllock
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/sqlcommon"
+)
+
+// BenchmarkSameWorkFloor compares TryLock+Unlock with the very statements
+// the driver sends, issued bare on one connection: the cost of the dlock
+// layers alone (the locktest floors leave out the driver's durable fence
+// increment in the session modes).
+func BenchmarkSameWorkFloor(b *testing.B) {
+	for _, mode := range []Mode{ModeLease, ModeGetLock, ModeRowLock} {
+		b.Run(string(mode), func(b *testing.B) {
+			ctx := context.Background()
+			hn, err := newHarnessFor(mode)(ctx, b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := hn.(*harness)
+			defer h.Close()
+			d, err := h.NewDriver(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
+			defer c.Close()
+			md := d.(*Driver)
+			conn, err := md.db.Conn(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			name := randomName("samework")
+			bare := name + "-bare"
+			k, o, l := hexLit(bare), hexLit("o"), hexLit(LockName(bare))
+			q := md.q
+			ttl := strconv.FormatInt(sqlcommon.Micros(30*time.Second), 10)
+			exec := func(s string) (int64, error) {
+				res, err := conn.ExecContext(ctx, s)
+				if err != nil {
+					return 0, err
+				}
+				return res.LastInsertId()
+			}
+			if mode == ModeRowLock {
+				if _, err := exec(fill(q.rowEnsure, "{K}", k)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			op := func() error {
+				switch mode {
+				case ModeLease:
+					id, err := exec(fill(q.leaseAcquire, "{K}", k, "{O}", o, "{TTL}", ttl, "{TTLD}", ttl))
+					if err != nil {
+						return err
+					}
+					_, err = exec(fill(q.leaseRelease, "{K}", k, "{O}", o, "{F}", strconv.FormatUint(uint64(id)>>countBits, 10)))
+					return err
+				case ModeGetLock:
+					if _, err := exec(fill(q.getLock, "{L}", l, "{WT}", "30")); err != nil {
+						return err
+					}
+					if _, err := exec(fill(q.fenceInsert, "{K}", k, "{O}", o, "{L}", l)); err != nil {
+						return err
+					}
+					_, err := exec(fill(q.getLockRelease, "{L}", l))
+					return err
+				default:
+					if _, err := exec("SET autocommit = 0, SESSION wait_timeout = 30"); err != nil {
+						return err
+					}
+					var one int
+					if err := conn.QueryRowContext(ctx, fill(q.rowLock, "{K}", k)).Scan(&one); err != nil {
+						return err
+					}
+					if _, err := md.db.ExecContext(ctx, fill(q.fenceBump, "{K}", k, "{O}", o)); err != nil {
+						return err
+					}
+					_, err := exec(q.rowRelease)
+					return err
+				}
+			}
+			m := c.NewMutex(name, nil)
+			var ds, fs []time.Duration
+			for i := 0; i < b.N+5; i++ {
+				t0 := time.Now()
+				if err := op(); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				l, err := m.TryLock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if i >= 5 {
+					fs = append(fs, t1.Sub(t0))
+					ds = append(ds, time.Since(t1))
+				}
+			}
+			med := func(x []time.Duration) time.Duration {
+				sort.Slice(x, func(i, j int) bool { return x[i] < x[j] })
+				return x[len(x)/2]
+			}
+			b.ReportMetric(float64(med(ds))/float64(med(fs)), "x-same-work")
+		})
+	}
+}

@@ -42,5 +42,3 @@ func stopServer() {
 		srv.Stop()
 	}
 }
-
-

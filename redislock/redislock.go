@@ -306,6 +306,7 @@ func parseURL(u *url.URL) (*redis.Options, *Options, error) {
 			q.Del(p)
 		}
 	}
+	retries := q.Has("max_retries")
 	ru := *u
 	ru.RawQuery = q.Encode()
 	opt, err := redis.ParseURL(ru.String())
@@ -317,6 +318,11 @@ func parseURL(u *url.URL) (*redis.Options, *Options, error) {
 		return nil, nil, fmt.Errorf("redislock: invalid URL: %v", scrub(err, u))
 	}
 	opt.ContextTimeoutEnabled = true
+	if !retries {
+		// A retried script whose first reply was lost would run twice
+		// (re-entering the lock); let dlock treat the outcome as unknown.
+		opt.MaxRetries = -1
+	}
 	// Our servers are plain Redis; skip the maintenance-notification
 	// handshake (and its log line on servers that do not know it).
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}

@@ -39,8 +39,8 @@ type env struct {
 	lookupEnv func(key string) (string, bool)
 	// environ is the environment handed to a child (os.Environ).
 	environ func() []string
-	// notify starts delivering SIGINT, SIGTERM and SIGHUP on the returned
-	// channel until stop is called.
+	// notify starts delivering handledSignals on the returned channel until
+	// stop is called.
 	notify func() (sigs <-chan os.Signal, stop func())
 }
 
@@ -54,14 +54,16 @@ func processEnv() *env {
 		environ:   os.Environ,
 		notify: func() (<-chan os.Signal, func()) {
 			c := make(chan os.Signal, 4)
-			signal.Notify(c, forwardedSignals...)
+			signal.Notify(c, handledSignals...)
 			return c, func() { signal.Stop(c) }
 		},
 	}
 }
 
-// forwardedSignals are the signals "dlock run" passes on to its child.
-var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+// handledSignals are the signals "dlock run" catches: SIGINT, SIGTERM and
+// SIGHUP are passed on to the child; SIGTSTP and SIGCONT carry job control
+// (Ctrl-Z, fg) over to the child's process group.
+var handledSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT}
 
 // getenv returns the variable's value, "" when unset.
 func (e *env) getenv(key string) string {

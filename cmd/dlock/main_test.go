@@ -186,16 +186,22 @@ func readFile(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// holdLock takes name on rawURL from the test itself and returns the lease;
-// the client closes at the end of the test.
-func holdLock(t *testing.T, rawURL, name string, opts *dlock.MutexOptions) *dlock.Lease {
+// openClient opens rawURL for the test; the client closes at the end.
+func openClient(t *testing.T, rawURL string) *dlock.Client {
 	t.Helper()
 	c, err := dlock.Open(context.Background(), rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	l, err := c.NewMutex(name, opts).TryLock(context.Background())
+	return c
+}
+
+// holdLock takes name on rawURL from the test itself and returns the lease;
+// the client closes at the end of the test.
+func holdLock(t *testing.T, rawURL, name string, opts *dlock.MutexOptions) *dlock.Lease {
+	t.Helper()
+	l, err := openClient(t, rawURL).NewMutex(name, opts).TryLock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

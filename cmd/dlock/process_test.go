@@ -262,14 +262,101 @@ func alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil {
 		return false
 	}
+	st := procState(pid)
+	return st != 0 && st != 'Z'
+}
+
+// procState is pid's state letter from /proc (R, S, T, Z, ...), 0 if gone.
+func procState(pid int) byte {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return false
+		return 0
 	}
 	// pid (comm) state ...
 	s := string(b)
 	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
+		return s[i+2]
 	}
-	return true
+	return 0
+}
+
+// startStoppable starts dlock running a child that writes its pid to a file
+// and loops until a release file appears; SIGTERM makes it log TERM and exit.
+func startStoppable(t *testing.T, dbURL string, flags ...string) (cmd *exec.Cmd, out *syncBuffer, childPid int, release, got string) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("reads process states from /proc")
+	}
+	dir := t.TempDir()
+	pidFile, release, got := filepath.Join(dir, "pid"), filepath.Join(dir, "release"), filepath.Join(dir, "got")
+	args := append([]string{"run"}, flags...)
+	args = append(args, "jobctl", "--", "sh", "-c",
+		`trap 'echo TERM > "$3"; exit 0' TERM; echo $$ > "$1.tmp"; mv "$1.tmp" "$1"; while [ ! -e "$2" ]; do sleep 0.01; done`,
+		"sh", pidFile, release, got)
+	cmd, out = startDlock(t, dbURL, args...)
+	waitFor(t, "child to start", time.Minute, fileExists(pidFile))
+	pid, err := strconv.Atoi(readFile(t, pidFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out, pid, release, got
+}
+
+// TestProcessJobControl: Ctrl-Z (SIGTSTP to dlock) stops the child's group
+// and then dlock; SIGCONT (fg) resumes both.
+func TestProcessJobControl(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	cmd, out, child, release, _ := startStoppable(t, dbURL)
+	if err := cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "child and dlock to stop", time.Minute, func() bool {
+		return procState(child) == 'T' && procState(cmd.Process.Pid) == 'T'
+	})
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "child to resume", time.Minute, func() bool { s := procState(child); return s != 'T' && s != 0 })
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, time.Minute); code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+}
+
+// TestProcessStoppedPastTTL: dlock stopped (Ctrl-Z) longer than its TTL
+// loses the lease to someone else; on fg the child is not simply resumed but
+// told to stop, and dlock exits 76.
+func TestProcessStoppedPastTTL(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	cmd, out, child, _, got := startStoppable(t, dbURL, "--ttl", "300ms")
+	if err := cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "child and dlock to stop", time.Minute, func() bool {
+		return procState(child) == 'T' && procState(cmd.Process.Pid) == 'T'
+	})
+	// The lease expires on the server while dlock is stopped: take the lock.
+	c := openClient(t, dbURL)
+	var next uint64
+	waitFor(t, "the stopped holder's lease to expire", time.Minute, func() bool {
+		l, err := c.NewMutex("jobctl", nil).TryLock(context.Background())
+		if err == nil {
+			next = l.Token()
+		}
+		return err == nil
+	})
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, time.Minute); code != exitLeaseLost {
+		t.Fatalf("exit %d, want %d: %s", code, exitLeaseLost, out)
+	}
+	if s := readFile(t, got); s != "TERM" {
+		t.Fatalf("child got %q, want TERM", s)
+	}
+	if next < 2 {
+		t.Fatalf("new holder's token %d, want above the stopped holder's", next)
+	}
 }

@@ -29,8 +29,10 @@ consul lock); --wait bounds the wait and --no-wait makes a single attempt.
 
 CMD runs in its own process group. SIGINT, SIGTERM and SIGHUP sent to dlock
 are forwarded to that group once (a terminal's Ctrl-C reaches dlock, which
-passes it on, so CMD does not see it twice). Because the group is not the
-terminal's foreground group, CMD must not read from the terminal.
+passes it on, so CMD does not see it twice). Ctrl-Z stops CMD's group, then
+dlock; fg resumes both. Because the group is not the terminal's foreground
+group, CMD must not read from the terminal. If dlock is killed outright
+(SIGKILL), CMD is killed too (Linux), since nobody renews its lease.
 
 If the lease is lost while CMD runs (renewal could not confirm it in time,
 or the backend dropped it), dlock sends SIGTERM to CMD's process group, then
@@ -148,10 +150,20 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		select {
-		case s := <-sigs:
-			cancelWait(signalError{s})
-		case <-stopWatch:
+		for {
+			select {
+			case s := <-sigs:
+				switch s {
+				case syscall.SIGTSTP:
+					stopSelf()
+				case syscall.SIGCONT:
+				default:
+					cancelWait(signalError{s})
+					return
+				}
+			case <-stopWatch:
+				return
+			}
 		}
 	}()
 	lease, client, err := f.acquire(waitCtx, e, name)
@@ -247,8 +259,22 @@ loop:
 		case waitErr = <-waited:
 			break loop
 		case s := <-sigs:
-			if ss, ok := s.(syscall.Signal); ok {
-				_ = syscall.Kill(-pgid, ss)
+			switch s {
+			case syscall.SIGTSTP:
+				// Ctrl-Z: stop CMD first, so that it never runs while
+				// dlock, stopped, cannot renew the lease; then stop.
+				_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+				stopSelf()
+			case syscall.SIGCONT:
+				// Resume CMD only if the lease outlived the stop; if not,
+				// the loss is handled below as soon as Done closes.
+				if lease.ValidFor() > 0 {
+					_ = syscall.Kill(-pgid, syscall.SIGCONT)
+				}
+			default:
+				if ss, ok := s.(syscall.Signal); ok {
+					_ = syscall.Kill(-pgid, ss)
+				}
 			}
 		case <-done:
 			done, lost = nil, true
@@ -260,6 +286,7 @@ loop:
 			fmt.Fprintf(e.stderr, "dlock: lease on %q lost: %v; stopping %s (SIGTERM, SIGKILL after %v)\n",
 				lease.Name(), lease.Err(), argv[0], f.killGrace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			_ = syscall.Kill(-pgid, syscall.SIGCONT) // a stopped CMD must run to handle SIGTERM
 			killT = time.NewTimer(f.killGrace)
 			killC = killT.C
 		case <-killC:
@@ -316,6 +343,12 @@ func exitStatus(ps *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// stopSelf stops dlock as SIGTSTP would have, had dlock not caught it.
+// SIGCONT (from the shell's fg or bg) resumes it.
+func stopSelf() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 }
 
 func signum(s os.Signal) int {

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -42,6 +43,10 @@ type env struct {
 	// notify starts delivering handledSignals on the returned channel until
 	// stop is called.
 	notify func() (sigs <-chan os.Signal, stop func())
+
+	// secrets are strings (URL passwords) that must never be printed; see
+	// addSecrets and scrub.
+	secrets []string
 }
 
 // processEnv is the env of the running process.
@@ -69,4 +74,9 @@ var handledSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP
 func (e *env) getenv(key string) string {
 	v, _ := e.lookupEnv(key)
 	return v
+}
+
+// warnf prints one line on stderr, with secrets masked.
+func (e *env) warnf(format string, args ...any) {
+	fmt.Fprintln(e.stderr, e.scrub(fmt.Sprintf(format, args...)))
 }

@@ -19,14 +19,14 @@ func run(args []string, e *env) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(e.stderr, message(ee.err))
+			e.warnf("%s", message(ee.err))
 		}
 		return ee.code
 	}
 	// Anything else comes from cobra: an unknown command, a bad flag or a
 	// wrong number of arguments.
-	fmt.Fprintln(e.stderr, message(err))
-	fmt.Fprintln(e.stderr, "Run 'dlock help' for usage.")
+	e.warnf("%s", message(err))
+	e.warnf("Run 'dlock help' for usage.")
 	return exitUsage
 }
 

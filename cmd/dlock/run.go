@@ -279,11 +279,11 @@ loop:
 		case <-done:
 			done, lost = nil, true
 			if f.killGrace == 0 {
-				fmt.Fprintf(e.stderr, "dlock: lease on %q lost: %v; killing %s\n", lease.Name(), lease.Err(), argv[0])
+				e.warnf("dlock: lease on %q lost: %v; killing %s", lease.Name(), lease.Err(), argv[0])
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				continue
 			}
-			fmt.Fprintf(e.stderr, "dlock: lease on %q lost: %v; stopping %s (SIGTERM, SIGKILL after %v)\n",
+			e.warnf("dlock: lease on %q lost: %v; stopping %s (SIGTERM, SIGKILL after %v)",
 				lease.Name(), lease.Err(), argv[0], f.killGrace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			_ = syscall.Kill(-pgid, syscall.SIGCONT) // a stopped CMD must run to handle SIGTERM
@@ -291,7 +291,7 @@ loop:
 			killC = killT.C
 		case <-killC:
 			killC = nil
-			fmt.Fprintf(e.stderr, "dlock: %s still running %v after SIGTERM; sending SIGKILL\n", argv[0], f.killGrace)
+			e.warnf("dlock: %s still running %v after SIGTERM; sending SIGKILL", argv[0], f.killGrace)
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 	}
@@ -302,7 +302,7 @@ loop:
 		if !lost {
 			// Lost in the instant CMD exited: its end may have overlapped
 			// the next holder, so the run is not reported as clean.
-			fmt.Fprintf(e.stderr, "dlock: lease on %q lost as %s exited: %v\n", lease.Name(), argv[0], lease.Err())
+			e.warnf("dlock: lease on %q lost as %s exited: %v", lease.Name(), argv[0], lease.Err())
 		}
 		return &exitError{code: exitLeaseLost}
 	}
@@ -319,7 +319,7 @@ func (f *runFlags) release(e *env, lease *dlock.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := lease.Unlock(ctx); err != nil {
-		fmt.Fprintf(e.stderr, "dlock: warning: releasing %q: %v (it frees itself when the lease expires)\n", lease.Name(), err)
+		e.warnf("dlock: warning: releasing %q: %v (it frees itself when the lease expires)", lease.Name(), err)
 	}
 }
 

@@ -21,9 +21,11 @@ func addURLFlag(cmd *cobra.Command) *string {
 // default SQLite file, whose directory it creates.
 func backendURL(flag string, e *env) (string, error) {
 	if flag != "" {
+		e.addSecrets(flag)
 		return flag, nil
 	}
 	if v := e.getenv("DLOCK_URL"); v != "" {
+		e.addSecrets(v)
 		return v, nil
 	}
 	path, err := defaultDBPath(e)
@@ -35,6 +37,59 @@ func backendURL(flag string, e *env) (string, error) {
 		return "", exitf(exitUnavailable, "cannot create the state directory: %v (or set DLOCK_URL / --url)", err)
 	}
 	return sqliteURL(path), nil
+}
+
+// addSecrets remembers the secrets in a URL so that no message prints them:
+// the password, and the values of query parameters that look like secrets
+// (password=, sslpassword=, token=, ...; some drivers accept them). The
+// library already redacts the password part of a URL; this is the second
+// line of defence for everything dlock prints.
+func (e *env) addSecrets(raw string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return // the library never echoes a URL it cannot parse
+	}
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			e.secrets = append(e.secrets, pw, url.PathEscape(pw), url.QueryEscape(pw))
+		}
+	}
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			key = k
+		}
+		if !secretParam(key) || v == "" {
+			continue
+		}
+		e.secrets = append(e.secrets, v)
+		if dv, err := url.QueryUnescape(v); err == nil {
+			e.secrets = append(e.secrets, dv)
+		}
+	}
+}
+
+func secretParam(key string) bool {
+	key = strings.ToLower(key)
+	for _, w := range []string{"pass", "pwd", "secret", "token", "credential", "auth"} {
+		if strings.Contains(key, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// scrub masks every remembered secret in s. Secrets shorter than four
+// characters are left alone: masking every "ab" would garble the message
+// while hiding little.
+func (e *env) scrub(s string) string {
+	for _, sec := range e.secrets {
+		if len(sec) >= 4 {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	return s
 }
 
 // defaultDBPath is $XDG_STATE_HOME/dlock/locks.db, or

@@ -33,10 +33,12 @@
 //     expires by SQLite's clock, plus its lock-delay. A release frees the
 //     lock at once, with no delay.
 //   - Release and renewal are owner-only: they match the row's owner and
-//     fence. A release by the owner whose lease has expired but has not been
-//     taken over yet succeeds (it frees the lock early); once anyone else has
-//     taken the lock, the fence differs and the release returns ErrNotHeld.
-//     A renewal never revives an expired lease.
+//     fence, and a stale holder can never touch a newer grant. Both also
+//     require the lease to be unexpired by SQLite's clock: a release or
+//     renewal that arrives after expiry returns ErrNotHeld even if nobody
+//     has taken the lock yet. The lease ended at its expiry, not at the
+//     late release, so its lock-delay runs in full, and a renewal never
+//     revives it.
 //
 // SQLite has no notification: waiters poll, and the dlock package bounds each
 // wait by the holder's remaining time, which TryAcquire reports in

@@ -237,9 +237,10 @@ func TestExpiredLeaseNotRevived(t *testing.T) {
 	if err != nil || !errors.Is(errs[0], driver.ErrNotHeld) {
 		t.Fatalf("Renew of an expired lease = %v, %v; want ErrNotHeld", errs, err)
 	}
-	// Release by the expired owner before anyone took over is accepted.
-	if n, err := d.Release(ctx, lease("n", "alice", g.Token, time.Minute, 0)); err != nil || n != 0 {
-		t.Fatalf("Release of own expired, untaken lease = %d, %v; want 0, nil", n, err)
+	// A late release by the expired owner is refused too, even though
+	// nobody has taken the lock yet.
+	if _, err := d.Release(ctx, lease("n", "alice", g.Token, time.Minute, 0)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release of an expired lease = %v; want ErrNotHeld", err)
 	}
 	if g2 := mustAcquire(t, d, req("n", "bob", time.Minute, 0)); g2.Token != g.Token+1 {
 		t.Fatalf("token %d, want %d", g2.Token, g.Token+1)
@@ -352,20 +353,21 @@ func TestRenewBatch(t *testing.T) {
 func TestRenewLargeBatch(t *testing.T) {
 	d := openTest(t, tempDB(t), nil)
 	ctx := context.Background()
-	const n = 3000
+	const n = 1000 // 3 full statements of 256 and one padded one, in one transaction
 	ls := make([]driver.Lease, n)
 	for i := range ls {
 		name := fmt.Sprintf("lock/%05d", i)
 		g := mustAcquire(t, d, req(name, "alice", time.Minute, 0))
 		ls[i] = lease(name, "alice", g.Token, time.Minute, 0)
 	}
-	ls[7].Token++ // one stale lease in the batch
+	ls[7].Token++       // one stale lease in the batch
+	ls[n-1].Owner = "x" // and one in the padded last statement
 	errs, err := d.Renew(ctx, ls)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, e := range errs {
-		if (i == 7) != (e != nil) {
+		if (i == 7 || i == n-1) != (e != nil) {
 			t.Fatalf("lease %d: renew error %v", i, e)
 		}
 	}
@@ -638,5 +640,22 @@ func TestVersionAtLeast(t *testing.T) {
 		if got := versionAtLeast(tc.v, minVersion); got != tc.want {
 			t.Errorf("versionAtLeast(%q) = %v, want %v", tc.v, got, tc.want)
 		}
+	}
+}
+
+func TestLateReleaseKeepsLockDelay(t *testing.T) {
+	d := openTest(t, tempDB(t), nil)
+	ctx := context.Background()
+	g := mustAcquire(t, d, req("late", "alice", 50*time.Millisecond, 10*time.Second))
+	waitFree(t, d, "late") // expired by SQLite's clock, inside the delay
+	if _, err := d.Release(ctx, lease("late", "alice", g.Token, 50*time.Millisecond, 10*time.Second)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("late Release = %v, want ErrNotHeld", err)
+	}
+	le := mustLocked(t, d, req("late", "bob", time.Minute, 0))
+	if le.RetryAfter < 5*time.Second || le.RetryAfter > 10*time.Second {
+		t.Fatalf("RetryAfter inside the lock-delay = %v, want 5s..10s", le.RetryAfter)
+	}
+	if le.Token != g.Token {
+		t.Fatalf("LockedError.Token = %d, want %d", le.Token, g.Token)
 	}
 }

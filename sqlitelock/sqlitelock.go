@@ -3,7 +3,6 @@ package sqlitelock
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -76,7 +75,11 @@ type Driver struct {
 	ownDB bool // opened by Open: closed by Close
 	busy  time.Duration
 
-	acquire, info, release, renew, inspect *sql.Stmt
+	table                           string // quoted
+	acquire, info, release, inspect *sql.Stmt
+
+	renewMu    sync.Mutex
+	renewStmts map[int]*sql.Stmt // by batch size, see renewSizes
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -93,8 +96,9 @@ var (
 var errClosed = errors.New("sqlitelock: driver is closed")
 
 // nowMS is SQLite's clock in milliseconds since the Unix epoch. SQLite
-// keeps "now" fixed within one statement step, so every use of it in one
-// statement sees the same instant. (julianday is used rather than unixepoch
+// keeps "now" fixed within one sqlite3_step call, so every use of it in one
+// statement (whose writes and RETURNING rows all happen in its first step)
+// sees the same instant. (julianday is used rather than unixepoch
 // so that any SQLite with RETURNING runs it.)
 const nowMS = `CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)`
 
@@ -181,7 +185,7 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{db: db, ownDB: own, busy: busy}
+	d := &Driver{db: db, ownDB: own, busy: busy, table: `"` + table + `"`, renewStmts: map[int]*sql.Stmt{}}
 	var version string
 	if err := d.retryBusy(ctx, func() error {
 		return db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version)
@@ -191,7 +195,7 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 	if !versionAtLeast(version, minVersion) {
 		return nil, fmt.Errorf("sqlitelock: SQLite %s is too old: need %d.%d.%d or newer", version, minVersion[0], minVersion[1], minVersion[2])
 	}
-	t := `"` + table + `"`
+	t := d.table
 	create := `CREATE TABLE IF NOT EXISTS ` + t + ` (
 	name        TEXT PRIMARY KEY NOT NULL,
 	owner       TEXT NOT NULL DEFAULT '',
@@ -215,41 +219,32 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 		dst   **sql.Stmt
 		query string
 	}{
+		// In DO UPDATE, bare column names are the existing row's and
+		// excluded.* the new one's; excluded.updated_at is now.
 		{&d.acquire, `INSERT INTO ` + t + ` (name, owner, count, fence, updated_at, lock_until, delay_until)
-SELECT ?1, ?2, 1, 1, n.now, n.now + ?3, n.now + ?3 + ?4 FROM (SELECT ` + nowMS + ` AS now) AS n WHERE true
+VALUES (?1, ?2, 1, 1, ` + nowMS + `, ` + nowMS + ` + ?3, ` + nowMS + ` + ?3 + ?4)
 ON CONFLICT (name) DO UPDATE SET
-	count = CASE WHEN ` + t + `.count > 0 AND ` + t + `.owner = excluded.owner AND excluded.updated_at < ` + t + `.lock_until
-		THEN ` + t + `.count + 1 ELSE 1 END,
-	fence = CASE WHEN ` + t + `.count > 0 AND ` + t + `.owner = excluded.owner AND excluded.updated_at < ` + t + `.lock_until
-		THEN ` + t + `.fence ELSE ` + t + `.fence + 1 END,
+	count = CASE WHEN count > 0 AND owner = excluded.owner AND excluded.updated_at < lock_until
+		THEN count + 1 ELSE 1 END,
+	fence = CASE WHEN count > 0 AND owner = excluded.owner AND excluded.updated_at < lock_until
+		THEN fence ELSE fence + 1 END,
 	owner = excluded.owner,
 	updated_at = excluded.updated_at,
 	lock_until = excluded.lock_until,
 	delay_until = excluded.delay_until
-WHERE ` + t + `.count = 0
-	OR excluded.updated_at >= ` + t + `.delay_until
-	OR (` + t + `.count > 0 AND ` + t + `.owner = excluded.owner AND excluded.updated_at < ` + t + `.lock_until)
+WHERE count = 0
+	OR excluded.updated_at >= delay_until
+	OR (count > 0 AND owner = excluded.owner AND excluded.updated_at < lock_until)
 RETURNING fence, count`},
 		{&d.info, `SELECT fence, count, max(lock_until, delay_until) - ` + nowMS + ` FROM ` + t + ` WHERE name = ?1`},
 		{&d.release, `UPDATE ` + t + ` SET
 	count = count - 1,
 	owner = CASE WHEN count > 1 THEN owner ELSE '' END,
-	updated_at = n.now,
-	lock_until = CASE WHEN count > 1 THEN lock_until ELSE n.now END,
-	delay_until = CASE WHEN count > 1 THEN delay_until ELSE n.now END
-FROM (SELECT ` + nowMS + ` AS now) AS n
-WHERE ` + t + `.name = ?1 AND ` + t + `.owner = ?2 AND (?3 = 0 OR ` + t + `.fence = ?3) AND ` + t + `.count > 0
+	updated_at = ` + nowMS + `,
+	lock_until = CASE WHEN count > 1 THEN lock_until ELSE ` + nowMS + ` END,
+	delay_until = CASE WHEN count > 1 THEN delay_until ELSE ` + nowMS + ` END
+WHERE name = ?1 AND owner = ?2 AND (?3 = 0 OR fence = ?3) AND count > 0 AND ` + nowMS + ` < lock_until
 RETURNING count`},
-		{&d.renew, `UPDATE ` + t + ` SET
-	updated_at = n.now,
-	lock_until = n.now + b.ttl,
-	delay_until = n.now + b.ttl + b.delay
-FROM (SELECT ` + nowMS + ` AS now) AS n,
-	(SELECT value ->> 0 AS name, value ->> 1 AS owner, value ->> 2 AS fence, value ->> 3 AS ttl, value ->> 4 AS delay
-	 FROM json_each(?1)) AS b
-WHERE ` + t + `.name = b.name AND ` + t + `.owner = b.owner AND ` + t + `.fence = b.fence
-	AND ` + t + `.count > 0 AND n.now < ` + t + `.lock_until
-RETURNING name, owner, fence`},
 		{&d.inspect, `SELECT name, owner, fence, count, lock_until - n.now
 FROM ` + t + `, (SELECT ` + nowMS + ` AS now) AS n
 WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name`},
@@ -331,11 +326,13 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 }
 
 // Release gives up one hold of l.Name by l.Owner under l.Token. When the
-// count reaches zero the lock is free at once (no lock-delay). It succeeds
-// while the row still carries this owner and token, even if the lease has
-// expired meanwhile; otherwise it returns an error wrapping
-// driver.ErrNotHeld. A zero l.Token (the dlock package cleaning up after a
-// TryAcquire whose outcome is unknown) matches whatever l.Owner holds.
+// count reaches zero the lock is free at once (no lock-delay). When the row
+// no longer carries this owner and token, or the lease has expired by
+// SQLite's clock, it changes nothing and returns an error wrapping
+// driver.ErrNotHeld: an expired lease ended without a release, so its
+// lock-delay runs in full, and the caller learns that its lease lapsed. A
+// zero l.Token (the dlock package cleaning up after a TryAcquire whose
+// outcome is unknown) matches whatever l.Owner holds.
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
@@ -358,10 +355,45 @@ type renewItem struct {
 	fence       int64
 }
 
-// Renew extends every lease in ls to its TTL from now, by SQLite's clock, in
-// one statement. A lease whose row no longer has its owner and token, or
-// whose lease has already expired, gets an error wrapping driver.ErrNotHeld:
-// an expired lease is never revived.
+// renewSizes are the batch sizes Renew prepares statements for. A batch is
+// cut into chunks of the largest size, and the last chunk is padded up to
+// the next size by repeating its last lease (an UPDATE … FROM matches each
+// row once, so a repeat changes nothing). A handful of prepared statements
+// then serve every batch size, and the padding costs at most a few rows.
+var renewSizes = []int{1, 4, 16, 64, 256}
+
+// renewStmt returns the prepared renewal statement for k leases.
+func (d *Driver) renewStmt(ctx context.Context, k int) (*sql.Stmt, error) {
+	d.renewMu.Lock()
+	defer d.renewMu.Unlock()
+	if st := d.renewStmts[k]; st != nil {
+		return st, nil
+	}
+	if d.closed.Load() {
+		return nil, errClosed
+	}
+	t := d.table
+	vals := strings.TrimSuffix(strings.Repeat("(?,?,?,?,?),", k), ",")
+	st, err := d.db.PrepareContext(ctx, `WITH b(name, owner, fence, ttl, delay) AS (VALUES `+vals+`)
+UPDATE `+t+` SET
+	updated_at = n.now,
+	lock_until = n.now + b.ttl,
+	delay_until = n.now + b.ttl + b.delay
+FROM (SELECT `+nowMS+` AS now) AS n, b
+WHERE `+t+`.name = b.name AND `+t+`.owner = b.owner AND `+t+`.fence = b.fence
+	AND `+t+`.count > 0 AND n.now < `+t+`.lock_until
+RETURNING name, owner, fence`)
+	if err != nil {
+		return nil, err
+	}
+	d.renewStmts[k] = st
+	return st, nil
+}
+
+// Renew extends every lease in ls to its TTL from now, by SQLite's clock,
+// in one transaction (one statement per 256 leases). A lease whose row no
+// longer has its owner and token, or whose lease has already expired, gets
+// an error wrapping driver.ErrNotHeld: an expired lease is never revived.
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	if d.closed.Load() {
 		return nil, errClosed
@@ -370,22 +402,43 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	if len(ls) == 0 {
 		return errs, nil
 	}
-	batch := make([][5]any, len(ls))
-	for i, l := range ls {
-		ttl := ms(l.TTL)
-		if ttl < 1 {
-			ttl = 1
-		}
-		batch[i] = [5]any{l.Name, l.Owner, int64(l.Token), ttl, ms(l.LockDelay)}
-	}
-	arg, err := json.Marshal(batch)
-	if err != nil {
-		return nil, fmt.Errorf("sqlitelock: renew: %w", err)
-	}
+	args := make([]any, 0, 5*min(len(ls), renewSizes[len(renewSizes)-1]))
 	renewed := make(map[renewItem]bool, len(ls))
-	err = d.retryBusy(ctx, func() error {
-		clear(renewed)
-		rows, err := d.renew.QueryContext(ctx, string(arg))
+	// Prepare every statement the batch needs before a transaction takes
+	// the connection (Open's pool has only one).
+	big := renewSizes[len(renewSizes)-1]
+	type part struct {
+		ls   []driver.Lease
+		size int
+		st   *sql.Stmt
+	}
+	var parts []part
+	for start := 0; start < len(ls); start += big {
+		p := part{ls: ls[start:min(start+big, len(ls))], size: big}
+		for _, s := range renewSizes {
+			if s >= len(p.ls) {
+				p.size = s
+				break
+			}
+		}
+		var err error
+		if p.st, err = d.renewStmt(ctx, p.size); err != nil {
+			return nil, d.wrap(ctx, "renew", err)
+		}
+		parts = append(parts, p)
+	}
+	chunk := func(ctx context.Context, tx *sql.Tx, p part) error {
+		st, part, size := p.st, p.ls, p.size
+		if tx != nil {
+			st = tx.StmtContext(ctx, st)
+			defer st.Close()
+		}
+		args = args[:0]
+		for i := 0; i < size; i++ {
+			l := part[min(i, len(part)-1)]
+			args = append(args, l.Name, l.Owner, int64(l.Token), max(ms(l.TTL), 1), ms(l.LockDelay))
+		}
+		rows, err := st.QueryContext(ctx, args...)
 		if err != nil {
 			return err
 		}
@@ -398,6 +451,23 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 			renewed[it] = true
 		}
 		return rows.Err()
+	}
+	err := d.retryBusy(ctx, func() error {
+		clear(renewed)
+		if len(parts) == 1 {
+			return chunk(ctx, nil, parts[0])
+		}
+		tx, err := d.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, p := range parts {
+			if err := chunk(ctx, tx, p); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
+		return tx.Commit()
 	})
 	if err != nil {
 		return nil, d.wrap(ctx, "renew", err)
@@ -472,11 +542,17 @@ func (d *Driver) Close() error {
 }
 
 func (d *Driver) closeStmts() {
-	for _, s := range []*sql.Stmt{d.acquire, d.info, d.release, d.renew, d.inspect} {
+	for _, s := range []*sql.Stmt{d.acquire, d.info, d.release, d.inspect} {
 		if s != nil {
 			s.Close()
 		}
 	}
+	d.renewMu.Lock()
+	for k, s := range d.renewStmts {
+		s.Close()
+		delete(d.renewStmts, k)
+	}
+	d.renewMu.Unlock()
 }
 
 // wrap adds context to a failed statement. When ctx is done the error wraps

@@ -1,0 +1,99 @@
+package sqlitelock
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/locktest"
+)
+
+func TestConformance(t *testing.T) { locktest.RunConformanceTests(t, newHarness) }
+
+func BenchmarkLocks(b *testing.B) { locktest.RunBenchmarks(b, newHarness) }
+
+// harness runs the suite on one temporary database file. Every driver it
+// makes opens the file anew, as another process would.
+type harness struct {
+	path  string
+	admin *Driver // for Drop
+}
+
+var (
+	_ locktest.Harness = (*harness)(nil)
+	_ locktest.Floors  = (*harness)(nil)
+)
+
+func newHarness(ctx context.Context, t testing.TB) (locktest.Harness, error) {
+	path := filepath.Join(t.TempDir(), "locks.db")
+	admin, err := openPath(ctx, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &harness{path: path, admin: admin}, nil
+}
+
+func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
+	return openPath(ctx, h.path, nil)
+}
+
+// Kill closes the driver's database without releasing anything: the rows
+// stay until they expire, as after a crash. Later calls fail.
+func (h *harness) Kill(d driver.Driver) error {
+	sd, ok := d.(*Driver)
+	if !ok {
+		return fmt.Errorf("Kill: %T is not a *sqlitelock.Driver", d)
+	}
+	return sd.Close()
+}
+
+// Drop expires the current grant on name now, as if its TTL had run out:
+// the fence is untouched and the grant's lock-delay, if any, still runs.
+func (h *harness) Drop(ctx context.Context, name string) error {
+	_, err := h.admin.db.ExecContext(ctx, `UPDATE `+DefaultTable+` SET
+	lock_until = n.now, delay_until = n.now + (delay_until - lock_until)
+FROM (SELECT `+nowMS+` AS now) AS n
+WHERE name = ?1 AND count > 0 AND lock_until > n.now`, name)
+	return err
+}
+
+func (h *harness) Config() locktest.Config {
+	return locktest.Config{LockDelay: true} // TTL 1s, 3 clients: the defaults
+}
+
+func (h *harness) Close() { h.admin.Close() }
+
+// AcquireReleaseFloor: two bare write transactions (INSERT OR REPLACE, then
+// DELETE) on a connection to the same file, opened as a driver opens it.
+func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context, string) error, func(), error) {
+	d, err := openPath(ctx, h.path, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	op, cleanup, err := acquireReleaseFloor(ctx, d.db)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return op, func() { cleanup(); d.Close() }, nil
+}
+
+// RoundTripFloor: SELECT 1 on a connection to the same file.
+func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) error, func(), error) {
+	d, err := openPath(ctx, h.path, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := d.db.PrepareContext(ctx, `SELECT 1`)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	op := func(ctx context.Context) error {
+		var one int
+		return st.QueryRowContext(ctx).Scan(&one)
+	}
+	return op, func() { st.Close(); d.Close() }, nil
+}

@@ -318,6 +318,9 @@ func parseURL(u *url.URL) (*redis.Options, *Options, error) {
 		return nil, nil, fmt.Errorf("redislock: invalid URL: %v", scrub(err, u))
 	}
 	opt.ContextTimeoutEnabled = true
+	// One dial per attempt: a dead node should fail fast, not retry
+	// until the node timeout.
+	opt.DialerRetries = 1
 	if !retries {
 		// A retried script whose first reply was lost would run twice
 		// (re-entering the lock); let dlock treat the outcome as unknown.

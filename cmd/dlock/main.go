@@ -59,7 +59,14 @@ func processEnv() *env {
 		environ:   os.Environ,
 		notify: func() (<-chan os.Signal, func()) {
 			c := make(chan os.Signal, 4)
-			signal.Notify(c, handledSignals...)
+			for _, s := range handledSignals {
+				// A signal dlock was started with ignored (nohup's SIGHUP, a
+				// script's "&" job's SIGINT) stays ignored: Notify would
+				// undo that. CMD inherits it ignored too.
+				if !signal.Ignored(s) {
+					signal.Notify(c, s)
+				}
+			}
 			return c, func() { signal.Stop(c) }
 		},
 	}

@@ -360,3 +360,61 @@ func TestProcessStoppedPastTTL(t *testing.T) {
 		t.Fatalf("new holder's token %d, want above the stopped holder's", next)
 	}
 }
+
+// TestProcessKeepsIgnoredSignals: a signal dlock was started with ignored
+// (nohup's SIGHUP) stays ignored while it runs, rather than being caught
+// and forwarded.
+func TestProcessKeepsIgnoredSignals(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads signal masks from /proc")
+	}
+	dbURL, _ := sqliteTestURL(t)
+	dir := t.TempDir()
+	ready, release := filepath.Join(dir, "ready"), filepath.Join(dir, "release")
+	cmd := exec.Command("sh", "-c", `trap '' HUP; exec "$@"`, "sh", dlockBinary(t), "run", "nohup", "--", "sh", "-c",
+		`touch "$1"; while [ ! -e "$2" ]; do sleep 0.01; done`, "sh", ready, release)
+	cmd.Env = procEnv(t, dbURL)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "child to start", time.Minute, fileExists(ready))
+	ign, cgt := sigMasks(t, cmd.Process.Pid)
+	hup := uint64(1) << (uint(syscall.SIGHUP) - 1)
+	term := uint64(1) << (uint(syscall.SIGTERM) - 1)
+	if ign&hup == 0 || cgt&hup != 0 {
+		t.Errorf("SIGHUP ignored at start is no longer ignored (SigIgn %x, SigCgt %x)", ign, cgt)
+	}
+	if cgt&term == 0 {
+		t.Errorf("SIGTERM not caught (SigCgt %x)", cgt)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, time.Minute); code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+}
+
+// sigMasks reads a process's ignored and caught signal masks.
+func sigMasks(t *testing.T, pid int) (ign, cgt uint64) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch k {
+		case "SigIgn":
+			ign, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		case "SigCgt":
+			cgt, err = strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ign, cgt
+}

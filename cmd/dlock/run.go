@@ -60,7 +60,7 @@ type runFlags struct {
 	owner     string
 }
 
-// DefaultKillGrace is how long run lets CMD handle SIGTERM after a lost
+// defaultKillGrace is how long run lets CMD handle SIGTERM after a lost
 // lease before it sends SIGKILL.
 const defaultKillGrace = 10 * time.Second
 

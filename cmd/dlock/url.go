@@ -8,14 +8,7 @@ import (
 	"strings"
 
 	"github.com/dlock/dlock"
-	"github.com/spf13/cobra"
 )
-
-// addURLFlag adds --url to cmd and returns where its value lands.
-func addURLFlag(cmd *cobra.Command) *string {
-	return cmd.Flags().String("url", "",
-		"backend URL (default $DLOCK_URL, else sqlite in $XDG_STATE_HOME/dlock/locks.db)")
-}
 
 // backendURL picks the URL to open: the flag, else $DLOCK_URL, else the
 // default SQLite file, whose directory it creates.

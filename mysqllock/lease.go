@@ -59,39 +59,65 @@ func (d *Driver) leaseRelease(ctx context.Context, l driver.Lease) (int, error) 
 const renewBatch = 500
 
 type leaseKey struct {
-	name  string
-	fence uint64
+	name, owner string
+	fence       uint64
 }
 
 func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	type group struct {
+		ttl, ttld int64
+		idx       []int
+	}
+	var groups []*group
+	byKey := map[[2]int64]*group{}
+	for i, l := range ls {
+		ttl := sqlcommon.Micros(l.TTL)
+		k := [2]int64{ttl, ttl + sqlcommon.Micros(l.LockDelay)}
+		g := byKey[k]
+		if g == nil {
+			g = &group{ttl: k[0], ttld: k[1]}
+			byKey[k] = g
+			groups = append(groups, g)
+		}
+		g.idx = append(g.idx, i)
+	}
 	errs := make([]error, len(ls))
-	for start := 0; start < len(ls); start += renewBatch {
-		end := min(start+renewBatch, len(ls))
-		if err := d.renewChunk(ctx, ls[start:end], errs[start:end]); err != nil {
-			if start == 0 {
-				return nil, err
+	first := true
+	for _, g := range groups {
+		for start := 0; start < len(g.idx); start += renewBatch {
+			idx := g.idx[start:min(start+renewBatch, len(g.idx))]
+			if err := d.renewChunk(ctx, ls, idx, g.ttl, g.ttld, errs); err != nil {
+				if first {
+					return nil, err
+				}
+				for i := range errs {
+					if errs[i] == nil {
+						errs[i] = err // fate unknown
+					}
+				}
+				return errs, nil
 			}
-			for i := start; i < len(ls); i++ {
-				errs[i] = err
-			}
-			break
+			first = false
 		}
 	}
 	return errs, nil
 }
 
-func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, errs []error) error {
+// renewChunk renews ls[idx], which share ttl and ttld (TTL plus lock-delay,
+// in µs), and sets errs[i] for those that were not renewed.
+func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, ttl, ttld int64, errs []error) error {
 	var rows strings.Builder
 	distinct := map[leaseKey]bool{}
-	for i, l := range ls {
-		if i > 0 {
-			rows.WriteString(" UNION ALL ")
+	for j, i := range idx {
+		l := ls[i]
+		if j > 0 {
+			rows.WriteByte(',')
 		}
-		fmt.Fprintf(&rows, "SELECT %s AS n, %s AS o, %d AS f, %d AS t, %d AS d",
-			hexLit(l.Name), hexLit(l.Owner), l.Token, sqlcommon.Micros(l.TTL), sqlcommon.Micros(l.LockDelay))
-		distinct[leaseKey{l.Name, l.Token}] = true
+		fmt.Fprintf(&rows, "(%s,%s,%d)", hexLit(l.Name), hexLit(l.Owner), l.Token)
+		distinct[leaseKey{l.Name, l.Owner, l.Token}] = true
 	}
-	res, err := d.db.ExecContext(ctx, fill(d.q.leaseRenew, "{ROWS}", rows.String()))
+	q := fill(d.q.leaseRenew, "{ROWS}", rows.String(), "{TTL}", strconv.FormatInt(ttl, 10), "{TTLD}", strconv.FormatInt(ttld, 10))
+	res, err := d.db.ExecContext(ctx, q)
 	if err != nil {
 		return fmt.Errorf("mysqllock: renew: %w", err)
 	}
@@ -117,19 +143,19 @@ func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, errs []error
 	live := map[leaseKey]bool{}
 	for r.Next() {
 		var (
-			name  []byte
-			fence uint64
+			name, owner []byte
+			fence       uint64
 		)
-		if err := r.Scan(&name, &fence); err != nil {
+		if err := r.Scan(&name, &owner, &fence); err != nil {
 			return fmt.Errorf("mysqllock: renew: %w", err)
 		}
-		live[leaseKey{string(name), fence}] = true
+		live[leaseKey{string(name), string(owner), fence}] = true
 	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("mysqllock: renew: %w", err)
 	}
-	for i, l := range ls {
-		if !live[leaseKey{l.Name, l.Token}] {
+	for _, i := range idx {
+		if !live[leaseKey{ls[i].Name, ls[i].Owner, ls[i].Token}] {
 			errs[i] = fmt.Errorf("mysqllock: renew: lease expired or taken over: %w", driver.ErrNotHeld)
 		}
 	}

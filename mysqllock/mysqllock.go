@@ -20,8 +20,9 @@
 // LAST_INSERT_ID(expr), which the server returns in the statement's OK packet,
 // so no second round trip and no reliance on affected-row counts (which
 // differ with CLIENT_FOUND_ROWS). Rows are never deleted, so the fence
-// counter only grows. Renewal of all leases is one multi-table UPDATE per
-// tick (plus one SELECT only when some lease was not renewed).
+// counter only grows. Renewal of all leases is one UPDATE … WHERE (name,
+// owner, fence) IN (…) per tick (plus one SELECT only when some lease was
+// not renewed).
 //
 // ModeGetLock takes GET_LOCK(name, 0) on a connection pinned from the pool
 // for as long as the lock is held. ModeRowLock holds SELECT … FOR UPDATE
@@ -280,8 +281,9 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	return d.sessionRelease(ctx, l)
 }
 
-// Renew implements driver.Driver. In ModeLease it is one UPDATE for up to
-// 500 leases; in the session modes it pings each pinned connection (in
+// Renew implements driver.Driver. In ModeLease it is one UPDATE per 500
+// leases sharing a TTL (one statement per tick in the common case); in the
+// session modes it pings each pinned connection (in
 // parallel) and reports ErrSessionLost for those that are gone.
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	if err := d.ready(ctx); err != nil {

@@ -96,11 +96,13 @@ func newQueries(table string) queries {
 		"`count` = LAST_INSERT_ID(`count` - 1) " +
 		"WHERE name = {K} AND owner = {O} AND fence = {F} AND `count` > 0 AND lock_until > UTC_TIMESTAMP(6)")
 
-	q.leaseRenew = r.Replace("UPDATE $T AS l JOIN ({ROWS}) AS x ON l.name = x.n AND l.owner = x.o AND l.fence = x.f " +
-		"SET l.lock_until = UTC_TIMESTAMP(6) + INTERVAL x.t MICROSECOND, " +
-		"l.delay_until = UTC_TIMESTAMP(6) + INTERVAL (x.t + x.d) MICROSECOND, l.version = l.version + 1 " +
-		"WHERE l.`count` > 0 AND l.lock_until > UTC_TIMESTAMP(6)")
-	q.leaseRenewed = r.Replace("SELECT name, fence FROM $T WHERE name IN ({KEYS}) AND `count` > 0 AND lock_until > UTC_TIMESTAMP(6)")
+	// Leases of one renewal call share a TTL and lock-delay as a rule; each
+	// (TTL, delay) group is one UPDATE whose row-constructor IN list the
+	// server resolves through the primary key.
+	q.leaseRenew = r.Replace("UPDATE $T SET lock_until = UTC_TIMESTAMP(6) + INTERVAL {TTL} MICROSECOND, " +
+		"delay_until = UTC_TIMESTAMP(6) + INTERVAL {TTLD} MICROSECOND, version = version + 1 " +
+		"WHERE (name, owner, fence) IN ({ROWS}) AND `count` > 0 AND lock_until > UTC_TIMESTAMP(6)")
+	q.leaseRenewed = r.Replace("SELECT name, owner, fence FROM $T WHERE name IN ({KEYS}) AND `count` > 0 AND lock_until > UTC_TIMESTAMP(6)")
 
 	// GET_LOCK and the session's wait_timeout in one statement: the timeout
 	// is armed only if the lock was granted. The fence bump follows, gated

@@ -47,8 +47,8 @@ func (d *Driver) leaseRelease(ctx context.Context, l driver.Lease) (int, error) 
 }
 
 type leaseKey struct {
-	name  string
-	fence int64
+	name, owner string
+	fence       int64
 }
 
 func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, error) {
@@ -68,7 +68,7 @@ func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, er
 	renewed := make(map[leaseKey]bool, len(ls))
 	for rows.Next() {
 		var k leaseKey
-		if err := rows.Scan(&k.name, &k.fence); err != nil {
+		if err := rows.Scan(&k.name, &k.owner, &k.fence); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("pglock: renew: %w", err)
 		}
@@ -77,11 +77,9 @@ func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, er
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pglock: renew: %w", err)
 	}
-	// (name, fence) identifies a grant: a fence is never granted twice for a
-	// name, and the owner matched in the WHERE clause.
 	errs := make([]error, len(ls))
 	for i, l := range ls {
-		if !renewed[leaseKey{l.Name, int64(l.Token)}] {
+		if !renewed[leaseKey{l.Name, l.Owner, int64(l.Token)}] {
 			errs[i] = fmt.Errorf("pglock: renew: lease expired or taken over: %w", driver.ErrNotHeld)
 		}
 	}

@@ -424,3 +424,47 @@ func TestWaiterConnections(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewBatch renews several leases in one call, some of them stale: only
+// the exact grants (name, owner and token) are renewed.
+func TestRenewBatch(t *testing.T) {
+	ctx := context.Background()
+	hn, err := newHarnessFor(ModeLease)(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hn.(*harness)
+	defer h.Close()
+	d, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	base := randomName("renew")
+	var ls []driver.Lease
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("%s-%d", base, i)
+		g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "owner-a", TTL: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, driver.Lease{Name: name, Owner: "owner-a", Token: g.Token, TTL: 5 * time.Second})
+	}
+	wrongToken, wrongOwner := ls[1], ls[2]
+	wrongToken.Token++
+	wrongOwner.Owner = "owner-b"
+	batch := []driver.Lease{ls[0], wrongToken, wrongOwner, ls[1], ls[2], ls[0]}
+	want := []bool{true, false, false, true, true, true}
+	errs, err := d.Renew(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range errs {
+		if ok := e == nil; ok != want[i] {
+			t.Fatalf("lease %d (%+v): renew error %v, want renewed=%v", i, batch[i], e, want[i])
+		}
+		if e != nil && !errors.Is(e, driver.ErrNotHeld) {
+			t.Fatalf("lease %d: %v, want ErrNotHeld", i, e)
+		}
+	}
+}

@@ -74,7 +74,7 @@ SELECT count, CASE WHEN count = 0 THEN (SELECT true FROM pg_notify($4, $1)) END 
 	version = l.version + 1
 FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS x(name, owner, fence, ttl, delay)
 WHERE l.name = x.name AND l.owner = x.owner AND l.fence = x.fence AND l.count > 0 AND l.lock_until > now()
-RETURNING l.name, l.fence`)
+RETURNING l.name, l.owner, l.fence`)
 
 	// The advisory lock is taken first; only if it was granted does the
 	// same statement bump the name's fence counter, and that increment

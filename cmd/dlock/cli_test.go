@@ -572,3 +572,25 @@ func recvExit(t *testing.T, done <-chan int) int {
 		return -1
 	}
 }
+
+// TestCommandsShareNoState builds two command trees: a flag set on one must
+// not show in the other (no package-level flag variables).
+func TestCommandsShareNoState(t *testing.T) {
+	mem, _ := memURL()
+	holdLock(t, mem, "x", nil)
+	var a, b syncBuffer
+	for i, tc := range []struct {
+		args []string
+		out  *syncBuffer
+	}{{[]string{"status", "--json", "--url", mem}, &a}, {[]string{"status", "--url", mem}, &b}} {
+		root := newRootCmd(newTestEnv(nil).env())
+		root.SetOut(tc.out)
+		root.SetArgs(tc.args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("tree %d: %v", i, err)
+		}
+	}
+	if !strings.HasPrefix(a.String(), "[") || !strings.HasPrefix(b.String(), "NAME") {
+		t.Fatalf("first tree printed %q, second %q; want JSON then a table", a.String(), b.String())
+	}
+}

@@ -66,9 +66,9 @@ func newStatusCmd(e *env) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return writeJSON(e.stdout, infos)
+				return writeJSON(cmd.OutOrStdout(), infos)
 			}
-			return writeTable(e.stdout, infos)
+			return writeTable(cmd.OutOrStdout(), infos)
 		},
 	}
 	cmd.Flags().StringVar(&rawURL, "url", "", "backend URL (default $DLOCK_URL, else sqlite in $XDG_STATE_HOME/dlock/locks.db)")

@@ -113,7 +113,7 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if err := redisscript.CheckPrefix(prefix); err != nil {
 		return nil, fmt.Errorf("redislock: invalid KeyPrefix: %w", err)
 	}
-	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client)}, nil
+	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client, nil)}, nil
 }
 
 func (d *Driver) keys(name string, handle any) redisscript.Keys {

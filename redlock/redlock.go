@@ -101,6 +101,7 @@ type Driver struct {
 	callMu    sync.RWMutex   // guards stopped, orders calls.Add before calls.Wait
 	stopped   bool           // no new node calls (Close or kill began)
 	calls     sync.WaitGroup // node calls still running after their caller moved on
+	seen      dedupe         // release messages already delivered
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -152,7 +153,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 				return nil, fmt.Errorf("redlock: client %d is given twice", i)
 			}
 		}
-		d.nodes = append(d.nodes, &node{client: c, hub: redisscript.NewHub(c)})
+		d.nodes = append(d.nodes, &node{client: c, hub: redisscript.NewHub(c, d.seen.first)})
 	}
 	return d, nil
 }
@@ -222,6 +223,43 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 
 var errClosed = errors.New("driver closed")
 
+// dedupeWindow is how long a release message counts as a copy of one
+// received from another node with the same channel and token.
+const dedupeWindow = time.Second
+
+// dedupe lets one release, published on every node, wake the driver's
+// waiters once: it passes the first message per channel and token.
+type dedupe struct {
+	mu   sync.Mutex
+	last map[string]seenMsg
+}
+
+type seenMsg struct {
+	payload string
+	at      time.Time
+}
+
+func (dd *dedupe) first(channel, payload string) bool {
+	now := time.Now()
+	dd.mu.Lock()
+	defer dd.mu.Unlock()
+	if s, ok := dd.last[channel]; ok && s.payload == payload && now.Sub(s.at) < dedupeWindow {
+		return false
+	}
+	if dd.last == nil {
+		dd.last = map[string]seenMsg{}
+	}
+	if len(dd.last) >= 4096 {
+		for ch, s := range dd.last {
+			if now.Sub(s.at) >= dedupeWindow {
+				delete(dd.last, ch)
+			}
+		}
+	}
+	dd.last[channel] = seenMsg{payload: payload, at: now}
+	return true
+}
+
 // stop refuses new node calls and waits for those still running.
 func (d *Driver) stop() {
 	d.callMu.Lock()
@@ -285,26 +323,17 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		}
 	}
 	if granted >= d.quorum {
-		// Write the token back to the nodes that answered. Not to nodes
-		// still busy with the acquire: a write-back that overtook its
-		// acquire there would make that node's grant count from the token.
-		var answered []int
-		for _, r := range got {
-			if r.err == nil {
-				answered = append(answered, r.i)
-			}
-		}
-		err := d.writeFence(ctx, timeout, k, req.Owner, maxFence, answered)
+		err := d.fence(ctx, timeout, k, req.Owner, maxFence, got)
 		if err == nil && time.Since(start) >= validity {
 			err = fmt.Errorf("acquire took %v, longer than the validity %v (TTL %v minus drift)", time.Since(start).Round(time.Millisecond), validity, req.TTL)
 		}
 		if err == nil {
 			return driver.Grant{Token: maxFence, Count: int(maxCount), Handle: &handle{keys: k}}, nil
 		}
-		_ = d.undo(ctx, req, k, got, results, timeout)
+		_ = d.undo(ctx, req, k, got, results, timeout, true)
 		return driver.Grant{}, wrap(ctx, "acquire", err)
 	}
-	all := d.undo(ctx, req, k, got, results, timeout)
+	all := d.undo(ctx, req, k, got, results, timeout, false)
 	answered := 0
 	for _, r := range all {
 		if r.err == nil {
@@ -314,15 +343,17 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if answered < d.quorum || refused == 0 {
 		return driver.Grant{}, wrap(ctx, "acquire", fmt.Errorf("only %d of %d nodes answered, a quorum is %d: %w", answered, n, d.quorum, firstErr))
 	}
-	return driver.Grant{}, &driver.LockedError{RetryAfter: d.retryAfter(req, all), Token: maxFence}
+	return driver.Grant{}, &driver.LockedError{RetryAfter: d.retryAfter(req, all, time.Since(start)), Token: maxFence}
 }
 
 // retryAfter estimates when a quorum of nodes could be free: the nodes we
 // got are free at once (we released them), refusing nodes when their key
 // expires. When the refusals do not come from one owner holding a quorum,
-// it was a split vote among contenders who have all released by now: retry
-// after a short random delay, so that they do not collide again.
-func (d *Driver) retryAfter(req driver.AcquireRequest, got []result[redisscript.AcquireResult]) time.Duration {
+// it was a split vote among contenders who have all released by now (an
+// undo publishes nothing, so nobody is woken by it): retry after a random
+// delay of one to four times what this attempt took, so that the
+// contenders do not collide again.
+func (d *Driver) retryAfter(req driver.AcquireRequest, got []result[redisscript.AcquireResult], took time.Duration) time.Duration {
 	var free []time.Duration
 	holders := map[string]int{}
 	for _, r := range got {
@@ -342,8 +373,8 @@ func (d *Driver) retryAfter(req driver.AcquireRequest, got []result[redisscript.
 		}
 	}
 	if split {
-		limit := max(min(req.TTL/20, 50*time.Millisecond), 2*time.Millisecond)
-		return time.Millisecond + rand.N(limit)
+		took = max(took, 100*time.Microsecond)
+		return took + rand.N(3*took)
 	}
 	if len(free) < d.quorum {
 		return 0
@@ -352,15 +383,46 @@ func (d *Driver) retryAfter(req driver.AcquireRequest, got []result[redisscript.
 	return free[d.quorum-1]
 }
 
+// fence makes sure a quorum of nodes has a fencing counter of at least
+// token before the grant is returned. Granting nodes whose counter is the
+// token already count; when they are not a quorum, the token is written
+// back to the other nodes that answered and fence waits until enough have
+// it. Nodes still busy with the acquire are left alone: a write-back that
+// overtook its acquire there would make that node's grant count from the
+// token. Lagging nodes get the token in the background either way.
+func (d *Driver) fence(ctx context.Context, timeout time.Duration, k redisscript.Keys, owner string, token uint64, got []result[redisscript.AcquireResult]) error {
+	have := 0
+	var lagging []int
+	for _, r := range got {
+		switch {
+		case r.err != nil:
+		case r.v.Granted && r.v.Fence == token:
+			have++
+		default:
+			lagging = append(lagging, r.i)
+		}
+	}
+	if len(lagging) == 0 {
+		return nil
+	}
+	if have >= d.quorum {
+		_ = fanoutTo(d, context.WithoutCancel(ctx), timeout, lagging, func(ctx context.Context, n *node) (struct{}, error) {
+			return struct{}{}, redisscript.WriteFence(ctx, n.client, k, owner, token)
+		})
+		return nil
+	}
+	return d.writeFence(ctx, timeout, k, owner, token, lagging, d.quorum-have)
+}
+
 // writeFence raises the fencing counter to token on the nodes listed and
-// returns once a quorum has it.
-func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, k redisscript.Keys, owner string, token uint64, nodes []int) error {
+// returns once need of them have it.
+func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, k redisscript.Keys, owner string, token uint64, nodes []int, need int) error {
 	results := fanoutTo(d, ctx, timeout, nodes, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, redisscript.WriteFence(ctx, n.client, k, owner, token)
 	})
 	ok, failed := 0, 0
 	var firstErr error
-	for ok < d.quorum && failed <= len(nodes)-d.quorum {
+	for ok < need && failed <= len(nodes)-need {
 		r := <-results
 		if r.err != nil {
 			failed++
@@ -371,8 +433,8 @@ func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, k rediss
 		}
 		ok++
 	}
-	if ok < d.quorum {
-		return fmt.Errorf("fencing token written to %d of %d nodes, a quorum is %d: %w", ok, len(d.nodes), d.quorum, firstErr)
+	if ok < need {
+		return fmt.Errorf("fencing token reached %d of %d nodes, a quorum is %d: %w", d.quorum-need+ok, len(d.nodes), d.quorum, firstErr)
 	}
 	return nil
 }
@@ -380,8 +442,10 @@ func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, k rediss
 // undo releases a failed acquire on every node that granted it or may have:
 // it first waits for the nodes still answering (bounded by the node
 // timeout), so that no release overtakes its own acquire. It returns every
-// node's result.
-func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration) []result[redisscript.AcquireResult] {
+// node's result. The releases publish nothing unless publish is set (the
+// attempt reached a quorum, so others may have seen it as a holder): a
+// failed attempt's partial grants are nobody's release to wait for.
+func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, publish bool) []result[redisscript.AcquireResult] {
 	for len(got) < len(d.nodes) {
 		got = append(got, <-rest)
 	}
@@ -401,7 +465,11 @@ func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, k redisscr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _, _ = redisscript.Release(rctx, d.nodes[i].client, k, req.Owner, 0)
+			kk := k
+			if !publish {
+				kk.Channel = ""
+			}
+			_, _, _ = redisscript.Release(rctx, d.nodes[i].client, kk, req.Owner, 0)
 		}()
 	}
 	wg.Wait()
@@ -520,8 +588,9 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 
 // Subscribe registers for release notifications of name on every node,
 // over each node's single shared pub/sub connection (see redislock's
-// Subscribe). A release publishes on every node, so it wakes up to N
-// waiters of this driver. It fails only if no node can be subscribed.
+// Subscribe). A release publishes its token on every node; the first copy
+// to arrive wakes one waiter of this driver, the others are dropped. It
+// fails only if no node can be subscribed.
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	ch := redisscript.KeysFor(d.prefix, name).Channel
 	s := &subscription{sig: make(chan struct{}, 1)}

@@ -29,6 +29,7 @@ import (
 // A Hub is safe for concurrent use.
 type Hub struct {
 	client redis.UniversalClient
+	filter func(channel, payload string) bool
 
 	opMu sync.Mutex // serialises SUBSCRIBE/UNSUBSCRIBE with the map updates
 	mu   sync.Mutex // guards the fields below
@@ -50,10 +51,13 @@ type Sub struct {
 }
 
 // NewHub returns a hub that opens its pub/sub connection from client on
-// first use. Close stops it; it never closes client.
-func NewHub(client redis.UniversalClient) *Hub {
+// first use. Close stops it; it never closes client. If filter is not nil,
+// a release message wakes a waiter only when filter returns true for it
+// (Redlock uses this to let one release, published on every node, wake one
+// waiter rather than one per node).
+func NewHub(client redis.UniversalClient, filter func(channel, payload string) bool) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{client: client, subs: map[string][]*Sub{}, ctx: ctx, cancel: cancel}
+	return &Hub{client: client, filter: filter, subs: map[string][]*Sub{}, ctx: ctx, cancel: cancel}
 }
 
 var errHubClosed = errors.New("release notifications closed")
@@ -205,6 +209,9 @@ func (h *Hub) receive(ps *redis.PubSub, done chan struct{}) {
 		backoff = 20 * time.Millisecond
 		switch m := msg.(type) {
 		case *redis.Message:
+			if h.filter != nil && !h.filter(m.Channel, m.Payload) {
+				continue
+			}
 			h.mu.Lock()
 			h.wakeOne(m.Channel)
 			h.mu.Unlock()

@@ -72,11 +72,12 @@ return {1, count, fence}
 //
 //	KEYS[1] lock hash
 //	ARGV[1] owner, ARGV[2] token ("0": do not check), ARGV[3] release channel
+//	("": publish nothing)
 //
 // Returns the remaining hold count, or -1 when the owner does not hold the
 // lock (absent, another owner, another grant, or past its lease expiry). The
-// last hold deletes the key at once (no lock-delay) and publishes on the
-// release channel.
+// last hold deletes the key at once (no lock-delay) and publishes the
+// grant's token on the release channel.
 var releaseSrc = clock + `
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'exp')
 if h[1] ~= ARGV[1] or (ARGV[2] ~= '0' and h[3] ~= ARGV[2]) or not live(h[4]) then
@@ -88,7 +89,9 @@ if count > 0 then
   return count
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], h[3])
+if ARGV[3] ~= '' then
+  redis.call('PUBLISH', ARGV[3], h[3])
+end
 return 0
 `
 
@@ -229,7 +232,8 @@ func parseAcquire(v []any) (AcquireResult, error) {
 }
 
 // Release runs the release script. held is false when owner (and token,
-// unless zero) did not hold the lock; remaining is then meaningless.
+// unless zero) did not hold the lock; remaining is then meaningless. With
+// k.Channel empty nothing is published.
 func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token uint64) (remaining int, held bool, err error) {
 	n, err := releaseScript.Run(ctx, c, []string{k.Lock}, owner, strconv.FormatUint(token, 10), k.Channel).Int64()
 	if err != nil {

@@ -604,15 +604,20 @@ func (d *Driver) create(parent, prefix string, data []byte) createResult {
 }
 
 // ensureParents creates parent and its missing ancestors as container nodes
-// (the root and every level of a name with '/').
+// (the root and every level of a name with '/'), trying the deepest first:
+// usually only the lock's own node is missing.
 func (d *Driver) ensureParents(parent string) error {
-	parts := strings.Split(parent[1:], "/")
-	for i := range parts {
-		p := "/" + strings.Join(parts[:i+1], "/")
-		_, err := d.conn.CreateContainer(p, nil, zk.FlagContainer, d.acl)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return fmt.Errorf("zklock: create %s: %w", p, err)
+	_, err := d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
+	if errors.Is(err, zk.ErrNoNode) {
+		if i := strings.LastIndexByte(parent, '/'); i > 0 {
+			if err := d.ensureParents(parent[:i]); err != nil {
+				return err
+			}
+			_, err = d.conn.CreateContainer(parent, nil, zk.FlagContainer, d.acl)
 		}
+	}
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return fmt.Errorf("zklock: create %s: %w", parent, err)
 	}
 	return nil
 }
@@ -894,19 +899,27 @@ func (d *Driver) forget(hk holdKey, hd *handle) {
 	d.mu.Unlock()
 }
 
-// renewParallel bounds the Exists requests one Renew has in flight.
+// renewParallel bounds the requests one Renew has in flight.
 const renewParallel = 64
 
+// renewMultiMin is the batch size from which Renew checks nodes with multi
+// requests rather than one Exists each; renewMultiOps is how many check
+// operations one multi carries (well under ZooKeeper's 1MB packet limit).
+const (
+	renewMultiMin = 64
+	renewMultiOps = 1000
+)
+
 // Renew implements driver.Driver. The session is kept alive by go-zookeeper's
-// pings; Renew proves it alive and each node still ours with one Exists per
-// lease, all pipelined on the connection (one round trip of latency).
+// pings; Renew proves it alive and each node still in place. A small batch
+// sends one Exists per node, pipelined on the connection (one round trip of
+// latency); a large one sends multi requests of up to 1000 check operations
+// each, all at once, and falls back to Exists for a multi that fails (some
+// node is gone).
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	errs := make([]error, len(ls))
-	sem := make(chan struct{}, renewParallel)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	unknown := 0
-	var firstErr error
+	hds := make([]*handle, len(ls))
+	var live []int
 	for i, l := range ls {
 		hd, ok := l.Handle.(*handle)
 		if !ok || hd == nil {
@@ -917,36 +930,102 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, hd.sess.cause())
 			continue
 		}
+		hds[i] = hd
+		live = append(live, i)
+	}
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	unknown := 0
+	var firstErr error
+	checked := make([]bool, len(ls))
+	exists := func(i int) {
+		hd := hds[i]
+		st, err := do(ctx, func() (*zk.Stat, error) {
+			ok, st, err := d.conn.Exists(hd.path)
+			if err == nil && !ok {
+				st = nil
+			}
+			return st, err
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		checked[i] = true
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("zklock: renew: %w", err)
+			unknown++
+			firstErr = err
+		case st == nil || st.Czxid != hd.czxid:
+			errs[i] = fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)
+		case st.EphemeralOwner != hd.sess.id:
+			errs[i] = fmt.Errorf("zklock: node %s outlived its session: %w", hd.path, driver.ErrNotHeld)
+		}
+	}
+	run := func(f func()) bool {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("zklock: renew: %w", ctx.Err())
+			return false
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			st, err := do(ctx, func() (*zk.Stat, error) {
-				ok, st, err := d.conn.Exists(hd.path)
-				if err == nil && !ok {
-					st = nil
-				}
-				return st, err
-			})
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err != nil:
-				errs[i] = fmt.Errorf("zklock: renew: %w", err)
-				unknown++
-				firstErr = err
-			case st == nil || st.Czxid != hd.czxid:
-				errs[i] = fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)
-			case st.EphemeralOwner != d.conn.SessionID():
-				errs[i] = fmt.Errorf("zklock: node %s outlived its session: %w", hd.path, driver.ErrNotHeld)
-			}
+			f()
 		})
+		return true
+	}
+	if len(live) < renewMultiMin {
+		for _, i := range live {
+			if !run(func() { exists(i) }) {
+				break
+			}
+		}
+	} else {
+		for start := 0; start < len(live); start += renewMultiOps {
+			chunk := live[start:min(start+renewMultiOps, len(live))]
+			ok := run(func() {
+				ops := make([]any, len(chunk))
+				for j, i := range chunk {
+					ops[j] = &zk.CheckVersionRequest{Path: hds[i].path, Version: -1}
+				}
+				_, err := do(ctx, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
+				switch {
+				case err == nil:
+					// Every node exists: paths are unique, so they are ours.
+					mu.Lock()
+					for _, i := range chunk {
+						checked[i] = true
+					}
+					mu.Unlock()
+				case errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion):
+					for _, i := range chunk { // some node is gone: find which
+						exists(i)
+					}
+				default:
+					mu.Lock()
+					for _, i := range chunk {
+						checked[i] = true
+						errs[i] = fmt.Errorf("zklock: renew: %w", err)
+					}
+					unknown += len(chunk)
+					firstErr = err
+					mu.Unlock()
+				}
+			})
+			if !ok {
+				break
+			}
+		}
 	}
 	wg.Wait()
-	if unknown > 0 && unknown == len(ls) {
+	for _, i := range live {
+		if !checked[i] { // not sent before ctx ended
+			errs[i] = fmt.Errorf("zklock: renew: %w", ctx.Err())
+			unknown++
+			firstErr = ctx.Err()
+		}
+	}
+	if len(live) > 0 && unknown == len(ls) {
 		return nil, wrapCtx(ctx, "zklock: renew", firstErr)
 	}
 	return errs, nil

@@ -13,10 +13,13 @@ import (
 
 func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	ttl := sqlcommon.Micros(req.TTL)
-	q := fill(d.q.leaseAcquire,
-		"{K}", hexLit(req.Name), "{O}", hexLit(req.Owner),
-		"{TTL}", strconv.FormatInt(ttl, 10), "{TTLD}", strconv.FormatInt(ttl+sqlcommon.Micros(req.LockDelay), 10))
-	res, err := d.db.ExecContext(ctx, q)
+	ttld := ttl + sqlcommon.Micros(req.LockDelay)
+	res, err := d.acquireStmt.exec(ctx, d.db, map[string][2]any{
+		"{K}":    {[]byte(req.Name), hexLit(req.Name)},
+		"{O}":    {[]byte(req.Owner), hexLit(req.Owner)},
+		"{TTL}":  {ttl, strconv.FormatInt(ttl, 10)},
+		"{TTLD}": {ttld, strconv.FormatInt(ttld, 10)},
+	})
 	if err != nil {
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
 	}
@@ -36,8 +39,11 @@ func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (d
 }
 
 func (d *Driver) leaseRelease(ctx context.Context, l driver.Lease) (int, error) {
-	q := fill(d.q.leaseRelease, "{K}", hexLit(l.Name), "{O}", hexLit(l.Owner), "{F}", strconv.FormatUint(l.Token, 10))
-	res, err := d.db.ExecContext(ctx, q)
+	res, err := d.releaseStmt.exec(ctx, d.db, map[string][2]any{
+		"{K}": {[]byte(l.Name), hexLit(l.Name)},
+		"{O}": {[]byte(l.Owner), hexLit(l.Owner)},
+		"{F}": {l.Token, strconv.FormatUint(l.Token, 10)},
+	})
 	if err != nil {
 		return 0, fmt.Errorf("mysqllock: release: %w", err)
 	}

@@ -88,6 +88,8 @@ type Driver struct {
 	table string
 	q     queries
 
+	acquireStmt, releaseStmt *prepared
+
 	schemaMu sync.Mutex
 	schemaOK bool
 
@@ -133,7 +135,9 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 	if err := sqlcommon.CheckTable(o.Table); err != nil {
 		return nil, fmt.Errorf("mysqllock: %w", err)
 	}
-	return &Driver{db: db, ownDB: own, mode: o.Mode, table: o.Table, q: newQueries(o.Table), holds: map[string]*hold{}}, nil
+	q := newQueries(o.Table)
+	return &Driver{db: db, ownDB: own, mode: o.Mode, table: o.Table, q: q, holds: map[string]*hold{},
+		acquireStmt: newPrepared(q.leaseAcquire), releaseStmt: newPrepared(q.leaseRelease)}, nil
 }
 
 // maxURLConns is the connection limit of a *sql.DB opened from a URL.
@@ -318,6 +322,8 @@ func (d *Driver) Close() error {
 	for _, h := range holds {
 		h.destroy(errors.New("mysqllock: driver closed"))
 	}
+	d.acquireStmt.close()
+	d.releaseStmt.close()
 	if d.ownDB {
 		return d.db.Close()
 	}

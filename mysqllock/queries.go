@@ -10,13 +10,14 @@ import (
 	"github.com/go-sql-driver/mysql"
 )
 
-// Statements are sent as text with their values spliced in as literals:
-// strings as hex literals (X'…', which cannot break out of the literal and
-// compare byte for byte with the VARBINARY columns), numbers formatted by
-// strconv. That keeps every operation to one round trip whatever the
-// caller's DSN says about interpolateParams, with no prepared statements to
-// track on pooled and pinned connections. The table name has been checked by
-// sqlcommon.CheckTable.
+// Most statements are sent as text with their values spliced in as
+// literals: strings as hex literals (X'…', which cannot break out of the
+// literal and compare byte for byte with the VARBINARY columns), numbers
+// formatted by strconv. That keeps each operation to one round trip whatever
+// the caller's DSN says about interpolateParams, with no prepared statements
+// to track on pinned connections. The two long lease statements are
+// server-side prepared instead (see prepared), with the same placeholders.
+// The table name has been checked by sqlcommon.CheckTable.
 
 func hexLit(s string) string { return "X'" + hex.EncodeToString([]byte(s)) + "'" }
 

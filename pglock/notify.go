@@ -29,6 +29,7 @@ type listener struct {
 	up       bool
 	firstTry chan struct{} // closed after the first connection attempt
 	firstErr error
+	pid      uint32 // backend PID of the current LISTEN connection, 0 when down
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
@@ -142,6 +143,14 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 		return err
 	}
 	onUp()
+	l.mu.Lock()
+	l.pid = conn.PgConn().PID()
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.pid = 0
+		l.mu.Unlock()
+	}()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

@@ -468,3 +468,137 @@ func TestRenewBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerReconnect terminates the driver's LISTEN connection: every
+// subscriber is woken (a release may have been missed), the listener comes
+// back on its own, and later releases are delivered again.
+func TestListenerReconnect(t *testing.T) {
+	ctx := context.Background()
+	hn, err := newHarnessFor(ModeLease)(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hn.(*harness)
+	defer h.Close()
+	dw, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dw.Close()
+	dh, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dh.Close()
+	name := randomName("listen")
+	sub, err := dw.(*Driver).Subscribe(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	other, err := dw.(*Driver).Subscribe(ctx, name+"-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ln := dw.(*Driver).ln
+	listenerPID := func() uint32 {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.pid
+	}
+	first := listenerPID()
+	for up := time.Now().Add(5 * time.Second); first == 0; first = listenerPID() {
+		if time.Now().After(up) {
+			t.Fatal("listener not up after Subscribe")
+		}
+		tick := time.NewTimer(time.Millisecond)
+		<-tick.C
+	}
+	if err := terminate(ctx, h.admin, first); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []driver.Subscription{sub, other} {
+		select {
+		case <-s.C():
+		case <-time.After(5 * time.Second):
+			t.Fatal("subscriber not woken when the LISTEN connection died")
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p := listenerPID(); p == 0 || p == first; p = listenerPID() {
+		if time.Now().After(deadline) {
+			t.Fatal("listener did not reconnect")
+		}
+		tick := time.NewTimer(10 * time.Millisecond)
+		<-tick.C
+	}
+	// Drain the wake the reconnect itself sent (before it published its PID).
+	for _, s := range []driver.Subscription{sub, other} {
+		select {
+		case <-s.C():
+		default:
+		}
+	}
+	g, err := dh.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dh.Release(ctx, driver.Lease{Name: name, Owner: "o", Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.C():
+	case <-time.After(5 * time.Second):
+		t.Fatal("release not delivered after the listener reconnected")
+	}
+	select {
+	case <-other.C():
+		t.Fatal("a release of another name woke a subscriber")
+	default:
+	}
+}
+
+// TestLeaseDriver checks the lease statements at the driver level: re-entry
+// counts, the holder's remaining time in LockedError, owner-checked release,
+// and a fence that grows by one per grant.
+func TestLeaseDriver(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	name := randomName("leasedrv")
+	req := driver.AcquireRequest{Name: name, Owner: "o1", TTL: 10 * time.Second}
+	g1, err := d.TryAcquire(ctx, req)
+	if err != nil || g1.Count != 1 {
+		t.Fatalf("first acquire %+v %v", g1, err)
+	}
+	g2, err := d.TryAcquire(ctx, req)
+	if err != nil || g2.Count != 2 || g2.Token != g1.Token {
+		t.Fatalf("re-entry %+v %v", g2, err)
+	}
+	var le *driver.LockedError
+	if _, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o2", TTL: time.Second}); !errors.As(err, &le) || le.RetryAfter <= 8*time.Second || le.Token != g1.Token {
+		t.Fatalf("other owner got %v (%+v), want LockedError with RetryAfter near 10s and the holder's token", err, le)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o2", Token: g1.Token}); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("release by another owner: %v", err)
+	}
+	for want := 1; want >= 0; want-- {
+		n, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o1", Token: g1.Token})
+		if err != nil || n != want {
+			t.Fatalf("release = %d, %v; want %d", n, err, want)
+		}
+	}
+	g3, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o2", TTL: time.Second})
+	if err != nil || g3.Token != g1.Token+1 {
+		t.Fatalf("acquire after release %+v %v", g3, err)
+	}
+}

@@ -165,6 +165,9 @@ func (d *Driver) timeoutFor(ttl time.Duration) time.Duration {
 	if d.nodeTimeout > 0 {
 		return d.nodeTimeout
 	}
+	if ttl <= 0 {
+		return MaxNodeTimeout
+	}
 	return max(min(ttl/10, MaxNodeTimeout), time.Millisecond)
 }
 

@@ -12,14 +12,14 @@ import (
 // Scripts that need the time read the server's clock with TIME, so expiry
 // is decided by the server alone, and only when a lock-delay is involved:
 // without one, the key's own PX expiry is the lease's, and a key that exists
-// is a live lease. redis.replicate_commands makes TIME legal before writes
-// on servers older than 5.0 (later servers always replicate scripts by
-// effects and treat the call as a no-op).
+// is a live lease. redis.replicate_commands, called first, lets a script
+// write after TIME on servers older than 5.0 (later servers always
+// replicate scripts by effects and treat the call as a no-op).
 const clock = `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
 local nowms
 local function now()
   if not nowms then
-    if redis.replicate_commands then pcall(redis.replicate_commands) end
     local t = redis.call('TIME')
     nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end

@@ -147,7 +147,10 @@ func (d *Driver) rowLock(ctx context.Context, h *hold, ttl time.Duration) (bool,
 			if _, err := h.conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 				return false, err
 			}
-			if _, err := d.db.ExecContext(ctx, fill(d.q.rowEnsure, "{K}", k)); err != nil {
+			ectx, cancel := context.WithTimeout(ctx, pinTimeout)
+			_, err := d.db.ExecContext(ectx, fill(d.q.rowEnsure, "{K}", k))
+			cancel()
+			if err != nil {
 				return false, err
 			}
 			continue
@@ -157,9 +160,13 @@ func (d *Driver) rowLock(ctx context.Context, h *hold, ttl time.Duration) (bool,
 		default:
 			return false, err
 		}
-		res, err := d.db.ExecContext(ctx, fill(d.q.fenceBump, "{K}", k, "{O}", hexLit(h.owner)))
+		// Bounded: with every connection pinned by held locks this would
+		// otherwise wait for a release that may never come.
+		fctx, cancel := context.WithTimeout(ctx, pinTimeout)
+		res, err := d.db.ExecContext(fctx, fill(d.q.fenceBump, "{K}", k, "{O}", hexLit(h.owner)))
+		cancel()
 		if err != nil {
-			return false, fmt.Errorf("bumping the fencing counter: %w", err)
+			return false, fmt.Errorf("bumping the fencing counter on a second connection (the pool needs one more than the locks held): %w", err)
 		}
 		id, err := res.LastInsertId()
 		if err != nil {

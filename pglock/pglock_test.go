@@ -671,3 +671,43 @@ func TestServerCrashRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestRowLockFullPool holds locks until the pool has no connection left for
+// the fence increment: TryAcquire fails with an error saying so, within a
+// bounded time, and leaves nothing locked behind.
+func TestRowLockFullPool(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, serverURL(t)+"&pool_max_conns=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, &Options{Mode: ModeRowLock, Table: "dlock_test_rowlock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	base := randomName("fullpool")
+	g1, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: base + "-1", Owner: "o", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = d.TryAcquire(ctx, driver.AcquireRequest{Name: base + "-2", Owner: "o", TTL: 10 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "pool") {
+		t.Fatalf("second lock on a 2-connection pool: %v, want an error about the pool", err)
+	}
+	if took := time.Since(start); took > pinTimeout+2*time.Second {
+		t.Fatalf("failing took %v", took)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: base + "-1", Owner: "o", Token: g1.Token, Handle: g1.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: base + "-2", Owner: "o", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("the failed attempt left the name locked: %v", err)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: base + "-2", Owner: "o", Token: g2.Token, Handle: g2.Handle}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -165,9 +165,14 @@ func (d *Driver) rowLock(ctx context.Context, h *hold) (bool, error) {
 		default:
 			return false, err
 		}
+		// Bounded: with every pool connection pinned by held locks this
+		// would otherwise wait for a release that may never come.
+		fctx, cancel := context.WithTimeout(ctx, pinTimeout)
 		var fence int64
-		if err := d.pool.QueryRow(ctx, d.q.fenceBump, h.name, h.owner).Scan(&fence); err != nil {
-			return false, fmt.Errorf("bumping the fencing counter: %w", err)
+		err = d.pool.QueryRow(fctx, d.q.fenceBump, h.name, h.owner).Scan(&fence)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("bumping the fencing counter on a second connection (the pool needs one more than the locks held): %w", err)
 		}
 		h.token = uint64(fence)
 		return true, nil

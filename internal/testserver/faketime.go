@@ -9,15 +9,17 @@ import (
 	"time"
 )
 
-// libfaketimePaths are where Debian's faketime package puts the library.
+// libfaketimePaths are where Debian's faketime package puts the library. The
+// MT build is the one for multi-threaded programs (MariaDB, the JVM, Redis's
+// background threads).
 var libfaketimePaths = []string{
-	"/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-	"/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-	"/usr/lib/faketime/libfaketime.so.1",
-	"/usr/local/lib/faketime/libfaketime.so.1",
+	"/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+	"/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+	"/usr/lib/faketime/libfaketimeMT.so.1",
+	"/usr/local/lib/faketime/libfaketimeMT.so.1",
 }
 
-// libfaketime returns the path of libfaketime.so.1 or an error wrapping
+// libfaketime returns the path of libfaketimeMT.so.1 or an error wrapping
 // ErrNotInstalled.
 func libfaketime() (string, error) {
 	for _, p := range libfaketimePaths {
@@ -39,9 +41,14 @@ func (s *Server) setupFaketime() error {
 }
 
 // faketimeEnv is the environment that puts a process under libfaketime,
-// reading its offset from file on every clock call. The monotonic clock stays
-// real: the JVM and Go-style timers would otherwise misbehave, and what tests
-// jump is the wall clock servers use for expiry.
+// reading its offset from file on every clock call. Only the wall clock is
+// faked (FAKETIME_DONT_FAKE_MONOTONIC): what an NTP step or an operator's
+// mistake moves is CLOCK_REALTIME, and servers that time sessions on the
+// monotonic clock (ZooKeeper) must be seen to ignore such jumps.
+//
+// FAKETIME_FORCE_MONOTONIC_FIX=0 matters for the JVM: with libfaketime 0.9.10
+// and an unfaked monotonic clock, its pthread_cond_timedwait workaround makes
+// the JVM's timed waits spin (half a core while idle, ten times slower start).
 //
 // extraPreload names libraries to preload after libfaketime. Redis needs
 // "libc.so.6" there: Debian's redis-server is linked with jemalloc, whose
@@ -55,6 +62,7 @@ func faketimeEnv(file string, extraPreload ...string) []string {
 		"FAKETIME_TIMESTAMP_FILE=" + file,
 		"FAKETIME_NO_CACHE=1",
 		"FAKETIME_DONT_FAKE_MONOTONIC=1",
+		"FAKETIME_FORCE_MONOTONIC_FIX=0",
 	}
 }
 

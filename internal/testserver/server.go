@@ -205,6 +205,7 @@ func (s *Server) signal(what string, sig syscall.Signal) error {
 // and while it runs, by rewriting libfaketime's timestamp file. Only servers
 // started with Faketime set have a fake clock; others return ErrNoFaketime.
 // The monotonic clock is not faked, so timeouts measured on it are unaffected.
+// The new offset is in effect when SetClockOffset returns.
 func (s *Server) SetClockOffset(d time.Duration) error {
 	if err := s.faultControl("SetClockOffset"); err != nil {
 		return err
@@ -245,7 +246,7 @@ func (s *Server) Stop() {
 		<-p.done
 		_ = waitGone(pids, 5*time.Second)
 	}
-	if s.dir != "" {
+	if s.dir != "" && os.Getenv("DLOCK_TEST_KEEP") != "1" {
 		_ = os.RemoveAll(s.dir)
 	}
 }

@@ -180,10 +180,16 @@ func TestZooKeeperEnsemble(t *testing.T) {
 
 func TestZooKeeperFaketime(t *testing.T) {
 	t.Parallel()
+	start := time.Now()
 	z := testserver.ZooKeeperWith(t, 1, &testserver.ZooKeeperOptions{Faketime: true})
+	t.Logf("zookeeper (standalone, faketime) started in %v", time.Since(start))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := zkConn(t, z.Endpoints())
+	c, events, err := zk.Connect(z.Endpoints(), 2*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	// A node's mtime is the server's wall clock.
 	mtime := func(path string) time.Time {
 		t.Helper()
@@ -204,7 +210,21 @@ func TestZooKeeperFaketime(t *testing.T) {
 	if jump := after.Sub(before); jump < 24*time.Hour-time.Minute || jump > 24*time.Hour+time.Minute {
 		t.Fatalf("server clock moved by %v after SetClockOffset(24h)", jump)
 	}
-	// The session survives: ZooKeeper expires sessions on its monotonic clock.
+	// The session survives: ZooKeeper expires sessions on its monotonic
+	// clock, which libfaketime leaves alone. Watch the session for the
+	// session timeout (2s, ten server ticks) after the jump.
+	window := time.NewTimer(2 * time.Second)
+	defer window.Stop()
+	for watching := true; watching; {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateExpired {
+				t.Fatal("the session expired after a wall-clock jump")
+			}
+		case <-window.C:
+			watching = false
+		}
+	}
 	if _, _, err := c.Get("/after"); err != nil {
 		t.Fatalf("session after the clock jump: %v", err)
 	}

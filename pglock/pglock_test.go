@@ -711,3 +711,36 @@ func TestRowLockFullPool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPre14Statements runs advisory mode's statements for servers without
+// idle_session_timeout (PostgreSQL 12 and 13) by making the driver believe
+// the server is 13.
+func TestPre14Statements(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, &Options{Mode: ModeAdvisory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.ensureSchema(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.pgVer = 130000
+	name := randomName("pg13")
+	g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := driver.Lease{Name: name, Owner: "o", Token: g.Token, Handle: g.Handle, TTL: time.Second}
+	if errs, err := d.Renew(ctx, []driver.Lease{l}); err != nil || errs[0] != nil {
+		t.Fatalf("renew: %v %v", err, errs)
+	}
+	if _, err := d.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -85,11 +85,18 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 	} else {
 		ok, err = d.rowLock(ctx, h)
 	}
-	if err != nil || !ok {
-		conn.Release() // pgxpool destroys it if it is broken or mid-transaction
-		if err != nil {
-			return driver.Grant{}, fmt.Errorf("pglock: acquire: %w", err)
-		}
+	if err != nil {
+		// Close the connection rather than return it to the pool: an
+		// advisory lock is not transactional and may have been taken
+		// before the statement failed.
+		pc := conn.Hijack()
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = pc.Close(cctx)
+		cancel()
+		return driver.Grant{}, fmt.Errorf("pglock: acquire: %w", err)
+	}
+	if !ok {
+		conn.Release()
 		return driver.Grant{}, &driver.LockedError{}
 	}
 	d.mu.Lock()
@@ -119,11 +126,13 @@ func (d *Driver) advisoryLock(ctx context.Context, h *hold) (bool, error) {
 		fence int64
 		old   string
 	)
-	q := d.q.advisoryAcquire
-	if d.pgVer < 140000 {
-		q = d.q.advisoryAcquire13
+	var row pgx.Row
+	if d.pgVer >= 140000 {
+		row = h.conn.QueryRow(ctx, d.q.advisoryAcquire, h.key, h.name, h.owner, h.timeoutMS)
+	} else {
+		row = h.conn.QueryRow(ctx, d.q.advisoryAcquire13, h.key, h.name, h.owner)
 	}
-	if err := h.conn.QueryRow(ctx, q, h.key, h.name, h.owner, h.timeoutMS).Scan(&ok, &fence, &old); err != nil {
+	if err := row.Scan(&ok, &fence, &old); err != nil {
 		return false, err
 	}
 	h.token, h.oldTimeout = uint64(fence), old

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -78,6 +79,7 @@ func StartPostgres(o *SQLOptions) (*Server, error) {
 	}
 	s.cred = cred
 	s.stopSig = syscall.SIGINT // fast shutdown: do not wait for clients to leave
+	s.stopWait = 5 * time.Second
 	if err := chown(s.dir, cred); err != nil {
 		os.RemoveAll(s.dir)
 		return nil, fmt.Errorf("testserver: postgres: %w", err)

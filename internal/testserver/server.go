@@ -39,8 +39,11 @@ var ErrNoFaketime = errors.New("testserver: server was not started under libfake
 // machine.
 const startTimeout = 90 * time.Second
 
-// stopGrace is how long Stop waits after the polite signal before SIGKILL.
-const stopGrace = 5 * time.Second
+// defaultStopGrace is how long Stop waits after the polite signal before
+// SIGKILL. The data is thrown away, so there is no point in waiting long;
+// PostgreSQL gets more (its fast shutdown releases its System V shared
+// memory, which SIGKILL would leak).
+const defaultStopGrace = time.Second
 
 // Server is one server process started by this package, or an external
 // server named by an environment variable. All methods are safe for
@@ -65,6 +68,7 @@ type Server struct {
 	ready    func(ctx context.Context) error // one real request; nil error means it answers
 	after    func(ctx context.Context) error // optional, run once it answers (create databases)
 	stopSig  syscall.Signal                  // polite stop signal (default SIGTERM)
+	stopWait time.Duration                   // grace before SIGKILL (default defaultStopGrace)
 	cred     *syscall.Credential             // run as this user when set
 	faketime string                          // timestamp file, "" without faketime
 	preload  []string                        // preloaded after libfaketime (see faketimeEnv)
@@ -217,8 +221,9 @@ func (s *Server) SetClockOffset(d time.Duration) error {
 }
 
 // Stop stops the server politely (SIGTERM, or SIGINT for PostgreSQL's fast
-// shutdown), kills it if it has not exited within a few seconds, and removes
-// its temporary directory. Stop is idempotent; it does nothing for external
+// shutdown), kills it if it has not exited within a second (PostgreSQL: five),
+// and removes its temporary directory (kept when DLOCK_TEST_KEEP=1, for
+// reading its server.log). Stop is idempotent; it does nothing for external
 // servers. Other methods fail after Stop.
 func (s *Server) Stop() {
 	if s.external {
@@ -238,10 +243,16 @@ func (s *Server) Stop() {
 		}
 		signalTree(p.pgid, syscall.SIGCONT)
 		_ = syscall.Kill(p.cmd.Process.Pid, sig)
+		grace := s.stopWait
+		if grace == 0 {
+			grace = defaultStopGrace
+		}
+		t := time.NewTimer(grace)
 		select {
 		case <-p.done:
-		case <-time.After(stopGrace):
+		case <-t.C:
 		}
+		t.Stop()
 		pids := signalTree(p.pgid, syscall.SIGKILL)
 		<-p.done
 		_ = waitGone(pids, 5*time.Second)

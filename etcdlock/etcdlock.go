@@ -51,8 +51,9 @@
 // string used through another driver (another process) has another lease,
 // hence another key, and queues like any other owner.
 //
-// Lock-delay is not supported: a request with LockDelay > 0 fails with
-// driver.ErrUnsupported.
+// Lock-delay is supported through a guard key per lock (see delay.go): a
+// holder that ends without a release keeps the lock unavailable for its
+// LockDelay after its lease expired; a release frees it at once.
 //
 // # Guarantees
 //
@@ -139,7 +140,9 @@ type session struct {
 	err  error // set before done closes
 
 	mu        sync.Mutex
-	refreshed time.Time // send time of the last confirmed grant or keepalive
+	refreshed time.Time                  // send time of the last confirmed grant or keepalive
+	delays    map[int64]clientv3.LeaseID // lock-delay leases by TTL in seconds (see delay.go)
+	dmu       sync.Mutex                 // serialises grants of delay leases
 }
 
 // refresh records that a keepalive sent at sent was confirmed.
@@ -288,14 +291,12 @@ func (d *Driver) keepAlive(s *session) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(d.ctx, left)
-		sent := time.Now()
-		resp, err := d.cli.KeepAliveOnce(ctx, s.id)
+		err := d.refresh(ctx, s)
 		cancel()
 		switch {
-		case err == nil && resp.TTL > 0:
-			s.refresh(sent)
+		case err == nil:
 			timer.Reset(interval)
-		case errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && resp.TTL <= 0):
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			end("expired or revoked")
 			return
 		default:
@@ -320,9 +321,6 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 }
 
 func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
-	if req.LockDelay > 0 {
-		return driver.Grant{}, fmt.Errorf("etcdlock: lock-delay: %w", driver.ErrUnsupported)
-	}
 	// The grant's TTL is reported from start, the moment the dlock package
 	// measures from, to when the lease was last known to be refreshed.
 	start := time.Now()
@@ -380,6 +378,14 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 		h.count++
 		n := h.count
 		d.mu.Unlock()
+		if req.LockDelay > 0 {
+			if err := d.setGuard(ctx, hd, req.Name, req.LockDelay); err != nil {
+				d.mu.Lock()
+				h.count--
+				d.mu.Unlock()
+				return driver.Grant{}, err
+			}
+		}
 		return d.grant(hd, n, start, sent), nil
 	}
 }
@@ -429,10 +435,11 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	}
 	key := d.keyFor(req.Name, req.Owner, sess.id)
 	pfx := d.queuePrefix(req.Name)
+	guard := d.guardKey(req.Name)
 	resp, sent, err := d.txnAlive(ctx, sess, d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, req.Owner, clientv3.WithLease(sess.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
-		Else(clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)))
+		Then(clientv3.OpPut(key, req.Owner, clientv3.WithLease(sess.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(guard)).
+		Else(clientv3.OpGet(key), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(guard)))
 	if err != nil {
 		// The put may have happened: remove whatever is there.
 		d.discard(key, 0)
@@ -452,28 +459,35 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	}
 	h := &handle{key: key, rev: rev, sess: sess}
 	head := resp.Responses[1].GetResponseRange().Kvs
-	if len(head) == 0 || head[0].CreateRevision == rev {
-		return d.grant(h, 1, start, sent), nil
+	first := len(head) == 0 || head[0].CreateRevision == rev
+	if !first || blocked(resp.Responses[2].GetResponseRange().Kvs, key) {
+		if !wait {
+			d.discard(key, rev)
+			return driver.Grant{}, &driver.LockedError{}
+		}
+		if sent, err = d.waitTurn(ctx, h, pfx, guard); err != nil {
+			d.discard(key, rev)
+			return driver.Grant{}, err
+		}
 	}
-	if !wait {
-		d.discard(key, rev)
-		return driver.Grant{}, &driver.LockedError{}
-	}
-	sent, err = d.waitTurn(ctx, h, pfx)
-	if err != nil {
-		d.discard(key, rev)
-		return driver.Grant{}, err
+	if req.LockDelay > 0 {
+		if err := d.setGuard(ctx, h, req.Name, req.LockDelay); err != nil {
+			d.discard(key, rev)
+			return driver.Grant{}, err
+		}
 	}
 	return d.grant(h, 1, start, sent), nil
 }
 
-// waitTurn waits until no key older than h's remains under pfx. It returns
-// when the look that found the queue empty ahead of h was sent.
-func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx string) (time.Time, error) {
+// waitTurn waits until no key older than h's remains under pfx and no
+// lock-delay guard of an earlier holder remains. It returns the refresh time
+// of the lease as of the look that found the way clear.
+func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx, guard string) (time.Time, error) {
 	for {
 		resp, sent, err := d.txnAlive(ctx, h.sess, d.cli.Txn(ctx).Then(
 			clientv3.OpGet(h.key, clientv3.WithKeysOnly()),
 			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(h.rev-1), clientv3.WithKeysOnly())...),
+			clientv3.OpGet(guard),
 		))
 		if err != nil {
 			if h.sess.lost() {
@@ -489,10 +503,16 @@ func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx string) (time.Time
 			return sent, fmt.Errorf("etcdlock: queue key %q was deleted while waiting: %w", h.key, driver.ErrSessionLost)
 		}
 		prev := resp.Responses[1].GetResponseRange().Kvs
-		if len(prev) == 0 {
+		next := ""
+		switch {
+		case len(prev) > 0:
+			next = string(prev[0].Key)
+		case blocked(resp.Responses[2].GetResponseRange().Kvs, h.key):
+			next = guard // an earlier holder was lost: wait out its lock-delay
+		default:
 			return sent, nil
 		}
-		if err := d.waitDelete(ctx, h.sess, string(prev[0].Key), resp.Header.Revision+1); err != nil {
+		if err := d.waitDelete(ctx, h.sess, next, resp.Header.Revision+1); err != nil {
 			return sent, err
 		}
 	}
@@ -647,9 +667,11 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		delete(d.holds, hk)
 	}
 	d.mu.Unlock()
+	// While the key is ours no other holder can have written the guard, so
+	// the guard (if any) is ours too.
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", hd.rev)).
-		Then(clientv3.OpDelete(hd.key)).
+		Then(clientv3.OpDelete(hd.key), clientv3.OpDelete(d.guardKey(l.Name))).
 		Commit()
 	if err != nil {
 		return 0, wrapCtx(ctx, "etcdlock: release", err)
@@ -702,11 +724,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	}
 	for _, s := range list {
 		wg.Go(func() {
-			sent := time.Now()
-			resp, err := d.cli.KeepAliveOnce(ctx, s.id)
-			if err == nil && resp.TTL > 0 {
-				s.refresh(sent)
-			}
+			err := d.refresh(ctx, s)
 			mu.Lock()
 			sessions[s] = err
 			mu.Unlock()
@@ -743,6 +761,9 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 				firstErr = c.err
 			case !present(c.resp.Responses[j].GetResponseRange().Kvs, hd.rev):
 				errs[i] = fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld)
+				if ls[i].LockDelay > 0 {
+					d.armGuard(ctx, hd, ls[i].Name, ls[i].LockDelay)
+				}
 			case serr != nil:
 				errs[i] = fmt.Errorf("etcdlock: keep lease alive: %w", serr)
 				failed++
@@ -768,8 +789,10 @@ func (d *Driver) Close() error {
 	var err error
 	if s := d.currentSession(); s != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		if _, rerr := d.cli.Revoke(ctx, s.id); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) {
-			err = fmt.Errorf("etcdlock: revoke lease %x: %w", int64(s.id), rerr)
+		for _, id := range append(s.delayLeases(), s.id) {
+			if _, rerr := d.cli.Revoke(ctx, id); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) && err == nil {
+				err = fmt.Errorf("etcdlock: revoke lease %x: %w", int64(id), rerr)
+			}
 		}
 		cancel()
 	}

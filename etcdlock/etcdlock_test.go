@@ -348,13 +348,65 @@ func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
 	a.Release(ctx, lease("t7", "A", g2))
 }
 
-func TestLockDelayUnsupported(t *testing.T) {
-	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	r := req("t8", "A")
-	r.LockDelay = time.Second
-	if _, err := d.TryAcquire(ctxT(t, 5*time.Second), r); !errors.Is(err, driver.ErrUnsupported) {
-		t.Fatalf("LockDelay: %v, want ErrUnsupported", err)
+func TestLockDelay(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	b := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 30*time.Second)
+	const delay = 3 * time.Second
+	withDelay := func(name, owner string) driver.AcquireRequest {
+		r := req(name, owner)
+		r.LockDelay = delay
+		return r
 	}
+
+	// A clean release frees the lock at once, guard and all.
+	a := newTestDriver(t, cli, nil)
+	g, err := a.TryAcquire(ctx, withDelay("ld1", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Release(ctx, lease("ld1", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	gb, err := b.TryAcquire(ctx, req("ld1", "B"))
+	if err != nil {
+		t.Fatalf("TryAcquire right after a clean release of a lock-delay grant: %v", err)
+	}
+	b.Release(ctx, lease("ld1", "B", gb))
+
+	// A crashed holder: its key goes with its lease, the lock stays
+	// unavailable for the delay after that, to TryAcquire and to a waiter.
+	crashed, err := New(newClient(t, shared.Endpoints()), &Options{SessionTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ga, err := crashed.TryAcquire(ctx, withDelay("ld2", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed.stop()
+	crashed.cli.Close()
+	killed := time.Now()
+	eventually(t, 10*time.Second, "crashed holder's key expired", func() bool { return len(keys(t, cli, "ld2/")) == 0 })
+	expired := time.Now()
+	if _, err := b.TryAcquire(ctx, req("ld2", "B")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("TryAcquire inside the lock-delay: %v, want ErrLocked", err)
+	}
+	c := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	gc, err := c.Acquire(ctx, req("ld2", "C"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(expired)
+	t.Logf("granted %v after the crash, %v after the key expired", time.Since(killed).Round(time.Millisecond), waited.Round(time.Millisecond))
+	// The key expired somewhere in the poll interval before expired.
+	if waited < delay-100*time.Millisecond {
+		t.Fatalf("granted %v after the holder's key expired; lock-delay %v not honoured", waited, delay)
+	}
+	if gc.Token <= ga.Token {
+		t.Fatalf("token %d <= crashed holder's %d", gc.Token, ga.Token)
+	}
+	c.Release(ctx, lease("ld2", "C", gc))
 }
 
 func TestNamesDoNotCollide(t *testing.T) {

@@ -19,8 +19,12 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 		t.Skip("3-member cluster: skipped in -short mode")
 	}
 	c := testserver.Etcd(t, 3)
-	a := newTestDriver(t, newClient(t, c.Endpoints()), nil)
-	b := newTestDriver(t, newClient(t, c.Endpoints()), nil)
+	// The lease must outlast an election (1s election timeout), as in any
+	// deployment: a lease shorter than the time to elect a leader is lost
+	// (cleanly: Done closes) whenever the leader dies.
+	const ttl = 5 * time.Second
+	a := newTestDriver(t, newClient(t, c.Endpoints()), &Options{SessionTTL: ttl})
+	b := newTestDriver(t, newClient(t, c.Endpoints()), &Options{SessionTTL: ttl})
 	ctx := ctxT(t, 60*time.Second)
 	ga, err := a.TryAcquire(ctx, req("failover", "A"))
 	if err != nil {
@@ -51,7 +55,7 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 	// B must not get the lock while A holds it.
 	aLost := false
 	var confirmed int
-	deadline := time.Now().Add(3 * testTTL)
+	deadline := time.Now().Add(3 * ttl)
 	for time.Now().Before(deadline) && !aLost {
 		select {
 		case r := <-got:

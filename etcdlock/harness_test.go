@@ -81,7 +81,7 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 }
 
 func (h *harness) Config() locktest.Config {
-	return locktest.Config{TTL: testTTL, SessionBound: true, LockDelay: false}
+	return locktest.Config{TTL: testTTL, SessionBound: true, LockDelay: true}
 }
 
 func (h *harness) Close() { h.admin.Close() }

@@ -44,7 +44,10 @@ type Client struct {
 // _ "github.com/dlock/dlock/redislock"). Query parameters ttl,
 // renew_interval, lock_delay, wait_min, wait_max, drift and release_timeout
 // set the Client's Options; the rest belong to the driver, which refuses any
-// it does not know. Errors never contain the URL's password.
+// it does not know. A malformed URL, an unknown parameter or a bad value is
+// reported as an *InvalidArgumentError (wrapping ErrInvalid); a backend that
+// cannot be reached as an *OpError. Errors never contain the URL's password
+// or the values of secret-looking query parameters (password=, …).
 func Open(ctx context.Context, rawURL string) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -62,12 +65,21 @@ func Open(ctx context.Context, rawURL string) (*Client, error) {
 	if err := takeClientParams(u, &o); err != nil {
 		return nil, err
 	}
+	shown := RedactURL(u)
 	d, err := open(ctx, u)
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return nil, err
+		switch {
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return nil, redact(err, u)
+		case errors.Is(err, ErrInvalid) || errors.Is(err, ErrUnsupported):
+			// The URL itself is wrong: report it as an invalid argument.
+			var ie *InvalidArgumentError
+			if errors.As(err, &ie) {
+				return nil, redact(err, u)
+			}
+			return nil, redact(&InvalidArgumentError{Arg: "url", Reason: fmt.Sprintf("%s: %v", shown, err), cause: err}, u)
 		}
-		return nil, redact(&OpError{Op: "open", Name: "", Err: fmt.Errorf("%s: %w", u.Redacted(), err)}, u)
+		return nil, redact(&OpError{Op: "open", Name: "", Err: fmt.Errorf("%s: %w", shown, err)}, u)
 	}
 	c, err := newClient(d, &o)
 	if err != nil {

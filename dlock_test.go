@@ -350,3 +350,16 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("Validate = %v, want an error naming WaitMax", err)
 	}
 }
+
+func TestOpenHidesSecretQueryParams(t *testing.T) {
+	_, err := dlock.Open(context.Background(), "mem://x?password=hunter22&bogus=1")
+	if err == nil {
+		t.Fatal("Open succeeded with an unknown parameter")
+	}
+	if strings.Contains(err.Error(), "hunter22") {
+		t.Fatalf("error leaks a password query parameter: %v", err)
+	}
+	if !errors.Is(err, dlock.ErrInvalid) {
+		t.Fatalf("a URL the driver refuses = %v, want ErrInvalid", err)
+	}
+}

@@ -40,14 +40,21 @@ var (
 type InvalidArgumentError struct {
 	Arg    string // the argument's name, e.g. "name", "TTL", "url"
 	Reason string // what is wrong, e.g. "must not be empty"
+	cause  error  // the driver's error, when a driver refused a URL
 }
 
 func (e *InvalidArgumentError) Error() string {
 	return fmt.Sprintf("dlock: invalid %s: %s", e.Arg, e.Reason)
 }
 
-// Unwrap returns ErrInvalid.
-func (e *InvalidArgumentError) Unwrap() error { return ErrInvalid }
+// Unwrap returns ErrInvalid, and the driver's error when a driver refused a
+// URL.
+func (e *InvalidArgumentError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{ErrInvalid, e.cause}
+	}
+	return []error{ErrInvalid}
+}
 
 func invalid(arg, format string, args ...any) error {
 	return &InvalidArgumentError{Arg: arg, Reason: fmt.Sprintf(format, args...)}

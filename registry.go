@@ -60,26 +60,101 @@ func lookupScheme(scheme string) (URLOpener, error) {
 		scheme, strings.Join(Schemes(), ", "), scheme)
 }
 
-// redact hides a URL's password in err's message. Drivers should never echo
-// it, but client libraries sometimes do; Open passes every error through this.
+// secretParam reports whether a URL query parameter carries a secret.
+func secretParam(key string) bool {
+	k := strings.ToLower(key)
+	for _, w := range []string{"pass", "pwd", "secret", "token", "credential", "auth", "key"} {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// secrets returns the secret strings in u: its password and the values of
+// query parameters that look like secrets (password=, sslpassword=, …).
+func secrets(u *url.URL) []string {
+	var out []string
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			out = append(out, pw)
+		}
+	}
+	for k, vs := range u.Query() {
+		if !secretParam(k) {
+			continue
+		}
+		for _, v := range vs {
+			if len(v) >= 3 {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// RedactURL returns u as text with its password and secret-looking query
+// parameter values replaced by "xxxxx", for logs and errors.
+func RedactURL(u *url.URL) string {
+	r := *u
+	if r.User != nil {
+		if _, ok := r.User.Password(); ok {
+			r.User = url.UserPassword(r.User.Username(), "xxxxx")
+		}
+	}
+	q := r.Query()
+	changed := false
+	for k := range q {
+		if secretParam(k) {
+			q[k] = []string{"xxxxx"}
+			changed = true
+		}
+	}
+	if changed {
+		r.RawQuery = q.Encode()
+	}
+	return r.String()
+}
+
+// redact hides a URL's secrets in err's message. Drivers should never echo
+// them, but client libraries sometimes do; Open passes every error through
+// this.
 func redact(err error, u *url.URL) error {
-	if err == nil || u == nil || u.User == nil {
+	if err == nil || u == nil {
 		return err
 	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
+	msg := err.Error()
+	var found []string
+	for _, s := range secrets(u) {
+		if strings.Contains(msg, s) {
+			found = append(found, s)
+		}
+	}
+	if len(found) == 0 {
 		return err
 	}
-	return &redactedError{err: err, secret: pw}
+	return &redactedError{err: err, secrets: found}
 }
 
 type redactedError struct {
-	err    error
-	secret string
+	err     error
+	secrets []string
 }
 
 func (e *redactedError) Error() string {
-	return strings.ReplaceAll(e.err.Error(), e.secret, "xxxxx")
+	msg := e.err.Error()
+	for _, s := range e.secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return msg
 }
 
 func (e *redactedError) Unwrap() error { return e.err }
+
+// BadURL is for URLOpeners: it reports a malformed URL, an unknown parameter
+// or a bad parameter value as an *InvalidArgumentError naming "url", so that
+// callers (and the dlock command's exit code) can tell bad input from an
+// unreachable backend. The message must not contain secrets.
+func BadURL(format string, args ...any) error {
+	return invalid("url", format, args...)
+}

@@ -30,7 +30,7 @@ func init() {
 	dlock.Register("mem", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		if len(u.Query()) > 0 {
 			for k := range u.Query() {
-				return nil, fmt.Errorf("memlock: unknown URL parameter %q", k)
+				return nil, dlock.BadURL("memlock: unknown URL parameter %q", k)
 			}
 		}
 		name := u.Host + u.Path

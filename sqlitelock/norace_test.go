@@ -1,0 +1,5 @@
+//go:build !race
+
+package sqlitelock
+
+const raceEnabled = false

@@ -21,6 +21,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
 
@@ -50,8 +51,10 @@ type harness struct {
 	drivers []*Driver
 }
 
-func openAdmin(t testing.TB) (*sql.DB, error) {
-	u, err := url.Parse(serverURL(t))
+func openAdmin(t testing.TB) (*sql.DB, error) { return adminFor(context.Background(), serverURL(t)) }
+
+func adminFor(_ context.Context, raw string) (*sql.DB, error) {
+	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -596,4 +599,54 @@ func TestServerCrashRestart(t *testing.T) {
 			_ = lb.Unlock(ctx)
 		})
 	}
+}
+
+// TestServerClockDecidesExpiry jumps the server's wall clock forward past a
+// lease's TTL: the server, not the client, decides expiry, so another
+// client can take the lock at once (with a larger token), and the old
+// holder's next renewal learns that its lease is gone.
+func TestServerClockDecidesExpiry(t *testing.T) {
+	s := testserver.MariaDBWith(t, &testserver.SQLOptions{Faketime: true})
+	ctx := context.Background()
+	h := &harness{base: s.URL(), mode: ModeLease, table: "dlock_test_clock"}
+	var err error
+	h.admin, err = adminFor(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	da, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := dlock.New(da, &dlock.Options{TTL: 30 * time.Second})
+	defer a.Close()
+	db, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := dlock.New(db, nil)
+	defer b.Close()
+	name := randomName("clock")
+	la, err := a.NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.NewMutex(name, nil).TryLock(ctx); !errors.Is(err, dlock.ErrLocked) {
+		t.Fatalf("TryLock on a held lock: %v", err)
+	}
+	if err := s.SetClockOffset(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the server's clock passed the lease's expiry: %v", err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Fatalf("token %d <= expired holder's %d", lb.Token(), la.Token())
+	}
+	if err := la.Extend(ctx, 30*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Extend of the expired lease: %v, want ErrNotHeld", err)
+	}
+	_ = lb.Unlock(ctx)
 }

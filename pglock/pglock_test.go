@@ -19,6 +19,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
 
@@ -45,6 +46,8 @@ type harness struct {
 	mu      sync.Mutex
 	drivers []*Driver
 }
+
+func adminFor(ctx context.Context, u string) (*pgxpool.Pool, error) { return pgxpool.New(ctx, u) }
 
 func newHarnessFor(mode Mode) locktest.NewHarness {
 	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
@@ -743,4 +746,54 @@ func TestPre14Statements(t *testing.T) {
 	if _, err := d.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestServerClockDecidesExpiry jumps the server's wall clock forward past a
+// lease's TTL: the server, not the client, decides expiry, so another
+// client can take the lock at once (with a larger token), and the old
+// holder's next renewal learns that its lease is gone.
+func TestServerClockDecidesExpiry(t *testing.T) {
+	s := testserver.PostgresWith(t, &testserver.SQLOptions{Faketime: true})
+	ctx := context.Background()
+	h := &harness{base: s.URL(), mode: ModeLease, table: "dlock_test_clock"}
+	var err error
+	h.admin, err = adminFor(ctx, s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	da, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := dlock.New(da, &dlock.Options{TTL: 30 * time.Second})
+	defer a.Close()
+	db, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := dlock.New(db, nil)
+	defer b.Close()
+	name := randomName("clock")
+	la, err := a.NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.NewMutex(name, nil).TryLock(ctx); !errors.Is(err, dlock.ErrLocked) {
+		t.Fatalf("TryLock on a held lock: %v", err)
+	}
+	if err := s.SetClockOffset(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock after the server's clock passed the lease's expiry: %v", err)
+	}
+	if lb.Token() <= la.Token() {
+		t.Fatalf("token %d <= expired holder's %d", lb.Token(), la.Token())
+	}
+	if err := la.Extend(ctx, 30*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
+		t.Fatalf("Extend of the expired lease: %v, want ErrNotHeld", err)
+	}
+	_ = lb.Unlock(ctx)
 }

@@ -317,3 +317,35 @@ func TestURL(t *testing.T) {
 	_ = l.Unlock(ctx)
 	_ = c.Close()
 }
+
+// TestFiveNodesTolerateTwo: 5 nodes keep granting with 2 down, and refuse
+// (with an error) with 3 down.
+func TestFiveNodesTolerateTwo(t *testing.T) {
+	srvs := testserver.RedisN(t, 5, nil)
+	a := newClient(t, srvs, 2*time.Second)
+	ctx := ctxT(t, 30*time.Second)
+	for _, i := range []int{1, 3} {
+		if err := srvs[i].Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := a.NewMutex("five", nil).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("with 3 of 5 nodes up: %v", err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[4].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		l, err := a.NewMutex("five", nil).TryLock(ctx)
+		if err == nil {
+			t.Fatalf("granted (token %d) with 2 of 5 nodes up", l.Token())
+		}
+		if errors.Is(err, dlock.ErrLocked) || !strings.Contains(err.Error(), "only 2 of 5 nodes answered") {
+			t.Fatalf("with 2 of 5 nodes up: %v", err)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 )
 
@@ -587,6 +588,9 @@ func TestBadInput(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "sqlitelock: ") {
 			t.Errorf("Open(%q, %+v) = %q, want it to mention %q", tc.path, tc.opts, err, tc.want)
+		}
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("Open(%q, %+v) = %q, does not wrap dlock.ErrInvalid", tc.path, tc.opts, err)
 		}
 	}
 	if _, err := New(nil, nil); err == nil {

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -54,12 +55,12 @@ func (o *Options) resolve() (table string, busy time.Duration, err error) {
 	}
 	if o.Table != "" {
 		if !identRE.MatchString(o.Table) {
-			return "", 0, fmt.Errorf("sqlitelock: invalid table name %q: want a letter or underscore followed by up to 62 letters, digits or underscores", o.Table)
+			return "", 0, invalidf("invalid table name %q: want a letter or underscore followed by up to 62 letters, digits or underscores", o.Table)
 		}
 		table = o.Table
 	}
 	if o.BusyTimeout < 0 {
-		return "", 0, fmt.Errorf("sqlitelock: invalid busy timeout %v: must not be negative", o.BusyTimeout)
+		return "", 0, invalidf("invalid busy timeout %v: must not be negative", o.BusyTimeout)
 	}
 	if o.BusyTimeout > 0 {
 		busy = o.BusyTimeout
@@ -92,6 +93,17 @@ var (
 	_ driver.Limiter   = (*Driver)(nil)
 )
 
+// invalidError is bad input to a constructor or in a URL. It wraps
+// dlock.ErrInvalid, so dlock.Open reports it as an invalid URL.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return "sqlitelock: " + e.msg }
+func (e *invalidError) Unwrap() error { return dlock.ErrInvalid }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
 // errClosed is returned by every call after Close.
 var errClosed = errors.New("sqlitelock: driver is closed")
 
@@ -116,7 +128,7 @@ var minVersion = [3]int{3, 38, 0}
 // block writers, put the database in WAL mode (Open does).
 func New(db *sql.DB, opts *Options) (*Driver, error) {
 	if db == nil {
-		return nil, errors.New("sqlitelock: New: db is nil")
+		return nil, invalidf("New: db is nil")
 	}
 	return newDriver(context.Background(), db, false, opts)
 }
@@ -136,13 +148,13 @@ func openPath(ctx context.Context, path string, opts *Options) (*Driver, error) 
 		return nil, err
 	}
 	if path == "" {
-		return nil, errors.New("sqlitelock: Open: path is empty")
+		return nil, invalidf("Open: path is empty")
 	}
 	if path == ":memory:" || strings.HasPrefix(path, "file:") {
-		return nil, fmt.Errorf("sqlitelock: Open: %q is not a file path", path)
+		return nil, invalidf("Open: %q is not a file path", path)
 	}
 	if strings.IndexByte(path, 0) >= 0 {
-		return nil, errors.New("sqlitelock: Open: path contains a NUL byte")
+		return nil, invalidf("Open: path contains a NUL byte")
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -152,7 +164,7 @@ func openPath(ctx context.Context, path string, opts *Options) (*Driver, error) 
 		return nil, fmt.Errorf("sqlitelock: Open: create directory: %w", err)
 	}
 	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
-		return nil, fmt.Errorf("sqlitelock: Open: %s is a directory", abs)
+		return nil, invalidf("Open: %s is a directory", abs)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
@@ -212,7 +224,7 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 	// rather than in the first TryAcquire.
 	check := `SELECT name, owner, count, fence, updated_at, lock_until, delay_until FROM ` + t + ` LIMIT 0`
 	if err := d.retryBusy(ctx, func() error { _, err := db.ExecContext(ctx, check); return err }); err != nil {
-		return nil, fmt.Errorf("sqlitelock: table %s exists but is not a dlock table: %w", table, err)
+		return nil, invalidf("table %s exists but is not a dlock table: %v", table, err)
 	}
 
 	stmts := []struct {

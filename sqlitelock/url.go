@@ -2,7 +2,6 @@ package sqlitelock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -40,32 +39,32 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // directory.
 func urlPath(u *url.URL) (string, error) {
 	if u.Scheme != Scheme {
-		return "", fmt.Errorf("sqlitelock: URL scheme is %q, want %q", u.Scheme, Scheme)
+		return "", invalidf("URL scheme is %q, want %q", u.Scheme, Scheme)
 	}
 	if u.User != nil {
-		return "", errors.New("sqlitelock: a sqlite URL takes no user name or password")
+		return "", invalidf("a sqlite URL takes no user name or password")
 	}
 	if u.Fragment != "" {
-		return "", errors.New("sqlitelock: a sqlite URL takes no #fragment (write # in a path as %23)")
+		return "", invalidf("a sqlite URL takes no #fragment (write # in a path as %%23)")
 	}
 	var path string
 	switch {
 	case u.Opaque != "":
 		p, err := url.PathUnescape(u.Opaque)
 		if err != nil {
-			return "", fmt.Errorf("sqlitelock: bad path in URL: %w", err)
+			return "", invalidf("bad path in URL: %v", err)
 		}
 		path = p
 	case u.Host == "":
 		path = u.Path
 	default:
 		if u.Port() != "" {
-			return "", fmt.Errorf("sqlitelock: a sqlite URL names a file, not a server: host %q has a port (for an absolute path write sqlite:///path)", u.Host)
+			return "", invalidf("a sqlite URL names a file, not a server: host %q has a port (for an absolute path write sqlite:///path)", u.Host)
 		}
 		path = u.Host + u.Path
 	}
 	if path == "" || path == "/" {
-		return "", errors.New("sqlitelock: the sqlite URL has no file path (e.g. sqlite:///var/lib/app/locks.db)")
+		return "", invalidf("the sqlite URL has no file path (e.g. sqlite:///var/lib/app/locks.db)")
 	}
 	return path, nil
 }
@@ -76,7 +75,7 @@ func urlOptions(q url.Values) (*Options, error) {
 		switch k {
 		case "table", "busy_timeout":
 			if len(v) != 1 {
-				return nil, fmt.Errorf("sqlitelock: URL parameter %q given %d times", k, len(v))
+				return nil, invalidf("URL parameter %q given %d times", k, len(v))
 			}
 		default:
 			unknown = append(unknown, k)
@@ -84,19 +83,19 @@ func urlOptions(q url.Values) (*Options, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, fmt.Errorf("sqlitelock: unknown URL parameter(s) %s (known: table, busy_timeout)", strings.Join(quoteAll(unknown), ", "))
+		return nil, invalidf("unknown URL parameter(s) %s (known: table, busy_timeout)", strings.Join(quoteAll(unknown), ", "))
 	}
 	o := &Options{Table: q.Get("table")}
 	if _, ok := q["table"]; ok && o.Table == "" {
-		return nil, errors.New("sqlitelock: URL parameter \"table\" is empty")
+		return nil, invalidf("URL parameter \"table\" is empty")
 	}
 	if s, ok := q["busy_timeout"]; ok {
 		d, err := time.ParseDuration(s[0])
 		if err != nil {
-			return nil, fmt.Errorf("sqlitelock: URL parameter \"busy_timeout\": %q is not a duration such as 5s", s[0])
+			return nil, invalidf("URL parameter \"busy_timeout\": %q is not a duration such as 5s", s[0])
 		}
 		if d < 0 {
-			return nil, fmt.Errorf("sqlitelock: URL parameter \"busy_timeout\": %v is negative", d)
+			return nil, invalidf("URL parameter \"busy_timeout\": %v is negative", d)
 		}
 		o.BusyTimeout = d
 	}

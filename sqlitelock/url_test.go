@@ -2,6 +2,7 @@ package sqlitelock
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -62,6 +63,15 @@ func TestURLErrors(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("OpenURL(%s) echoes the password: %q", tc.url, err)
+		}
+		if !errors.Is(err, dlock.ErrInvalid) {
+			t.Errorf("OpenURL(%s) = %q, does not wrap dlock.ErrInvalid", tc.url, err)
+		}
+		// Through dlock.Open: an invalid URL, never the password.
+		_, err = dlock.Open(context.Background(), tc.url)
+		var ie *dlock.InvalidArgumentError
+		if !errors.As(err, &ie) || ie.Arg != "url" || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("dlock.Open(%s) = %v, want an invalid url error without the password", tc.url, err)
 		}
 	}
 }

@@ -363,3 +363,24 @@ func TestOpenHidesSecretQueryParams(t *testing.T) {
 		t.Fatalf("a URL the driver refuses = %v, want ErrInvalid", err)
 	}
 }
+
+// A grant whose reply arrives after the lease's own validity deadline is
+// refused and released, never handed to the caller as if it were valid.
+func TestGrantPastValidityIsRefused(t *testing.T) {
+	c, d := newMem(t, &dlock.Options{TTL: 100 * time.Millisecond})
+	d.LoseReplies(func(op string) error {
+		if op == "acquire" {
+			time.Sleep(150 * time.Millisecond) // a reply slower than the TTL
+		}
+		return nil
+	})
+	_, err := c.NewMutex("slow-reply", nil).TryLock(context.Background())
+	var oe *dlock.OpError
+	if !errors.As(err, &oe) {
+		t.Fatalf("TryLock with a reply slower than the TTL = %v, want an *OpError", err)
+	}
+	d.LoseReplies(nil)
+	if owner, _ := d.Backend().Holder("slow-reply"); owner != "" {
+		t.Fatalf("the stale grant was left held by %q", owner)
+	}
+}

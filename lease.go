@@ -72,7 +72,11 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	l.validUntil = sent.Add(ttl - drift)
 	l.nextRenew = sent.Add(every)
 	remaining := l.validUntil.Sub(c.opts.Clock.Now())
+	// The timer may fire at once; deadlinePassed takes l.mu, so it cannot
+	// see the lease before lossTimer is set.
+	l.mu.Lock()
 	l.lossTimer = c.opts.Clock.AfterFunc(remaining, l.deadlinePassed)
+	l.mu.Unlock()
 	return l
 }
 

@@ -109,6 +109,15 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, c.wrap(op, m.name, ctx, err)
 	}
 	l := newLease(c, m, r, g, sent, ctx)
+	if l.ValidFor() == 0 {
+		// The grant arrived after its own validity deadline (a very slow
+		// reply, or this process was paused): it cannot be relied on.
+		rctx, rcancel := c.detached(ctx)
+		_, _ = c.d.Release(rctx, l.driverLease())
+		rcancel()
+		l.end(&lostError{cause: errors.New("granted after its validity deadline")})
+		return nil, &OpError{Op: op, Name: m.name, Err: fmt.Errorf("the grant arrived after its validity deadline (TTL %v); the lock was released", l.ttl)}
+	}
 	if !c.register(l, g.Lost) {
 		rctx, rcancel := c.detached(ctx)
 		_, _ = c.d.Release(rctx, l.driverLease())

@@ -9,6 +9,7 @@ import (
 )
 
 func TestSQLite(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "x.db")
 	runScenarios(t, backend{url: "sqlite://" + path, ttl: time.Second})
 }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock/dlock/internal/testserver"
 	_ "github.com/dlock/dlock/etcdlock"
+	"github.com/dlock/dlock/internal/testserver"
 	_ "github.com/dlock/dlock/mysqllock"
 	_ "github.com/dlock/dlock/pglock"
 	_ "github.com/dlock/dlock/redislock"

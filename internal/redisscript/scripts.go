@@ -12,14 +12,15 @@ import (
 // Scripts that need the time read the server's clock with TIME, so expiry
 // is decided by the server alone, and only when a lock-delay is involved:
 // without one, the key's own PX expiry is the lease's, and a key that exists
-// is a live lease. redis.replicate_commands, called first, lets a script
-// write after TIME on servers older than 5.0 (later servers always
-// replicate scripts by effects and treat the call as a no-op).
+// is a live lease. Every script reads the clock, if at all, before its
+// first write, and calls redis.replicate_commands first: that lets it write
+// after TIME on servers older than 5.0 (later servers always replicate
+// scripts by effects and treat the call as a no-op).
 const clock = `
-if redis.replicate_commands then pcall(redis.replicate_commands) end
 local nowms
 local function now()
   if not nowms then
+    if redis.replicate_commands then pcall(redis.replicate_commands) end
     local t = redis.call('TIME')
     nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
@@ -46,11 +47,15 @@ var acquireSrc = clock + `
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
 local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'exp')
+if h[1] and (h[1] ~= ARGV[1] or not live(h[4])) then
+  return {0, redis.call('PTTL', KEYS[1]), h[3], h[1]}
+end
+local exp
+if delay > 0 then
+  exp = now() + ttl
+end
 local count, fence
 if h[1] then
-  if h[1] ~= ARGV[1] or not live(h[4]) then
-    return {0, redis.call('PTTL', KEYS[1]), h[3], h[1]}
-  end
   count = tonumber(h[2]) + 1
   fence = h[3]
   redis.call('HSET', KEYS[1], 'count', count)
@@ -59,8 +64,8 @@ else
   fence = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
 end
-if delay > 0 then
-  redis.call('HSET', KEYS[1], 'exp', now() + ttl, 'delay', delay)
+if exp then
+  redis.call('HSET', KEYS[1], 'exp', exp, 'delay', delay)
 elseif h[4] then
   redis.call('HDEL', KEYS[1], 'exp', 'delay')
 end
@@ -103,6 +108,7 @@ return 0
 // Returns one integer per key: 1 renewed, 0 not held. The lock-delay stored
 // at grant time is kept (the key lives for TTL plus it again).
 var renewSrc = clock + `
+if redis.replicate_commands then pcall(redis.replicate_commands) end
 local r = {}
 for i = 1, #KEYS do
   local b = (i - 1) * 3

@@ -650,3 +650,57 @@ func TestServerClockDecidesExpiry(t *testing.T) {
 	}
 	_ = lb.Unlock(ctx)
 }
+
+// TestRowLockFullPool holds locks until the *sql.DB has no connection left
+// for the fence increment: TryAcquire fails with an error saying so, within
+// a bounded time, and leaves nothing locked behind.
+func TestRowLockFullPool(t *testing.T) {
+	ctx := context.Background()
+	db, err := openAdmin(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(2)
+	d, err := New(db, &Options{Mode: ModeRowLock, Table: "dlock_test_rowlock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	base := randomName("fullpool")
+	req := func(n string) driver.AcquireRequest {
+		return driver.AcquireRequest{Name: base + n, Owner: "o", TTL: 10 * time.Second}
+	}
+	// Create both rows first, so the attempt below fails at the fence.
+	for _, n := range []string{"-1", "-2"} {
+		g, err := d.TryAcquire(ctx, req(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Release(ctx, driver.Lease{Name: base + n, Owner: "o", Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g1, err := d.TryAcquire(ctx, req("-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = d.TryAcquire(ctx, req("-2"))
+	if err == nil || !strings.Contains(err.Error(), "connection") {
+		t.Fatalf("second lock on a 2-connection pool: %v, want an error about connections", err)
+	}
+	if took := time.Since(start); took > pinTimeout+2*time.Second {
+		t.Fatalf("failing took %v", took)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: base + "-1", Owner: "o", Token: g1.Token, Handle: g1.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquire(ctx, req("-2"))
+	if err != nil {
+		t.Fatalf("the failed attempt left the name locked: %v", err)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: base + "-2", Owner: "o", Token: g2.Token, Handle: g2.Handle}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -77,7 +77,7 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 		ok, err = d.rowLock(ctx, h, req.TTL)
 	}
 	if err != nil {
-		discard(conn)
+		d.abortPin(conn)
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
 	}
 	if !ok {
@@ -97,6 +97,25 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 	d.holds[req.Name] = h
 	d.mu.Unlock()
 	return h.grant(req.TTL), nil
+}
+
+// abortPin undoes a failed acquire on a pinned connection. The lock may
+// have been taken before the failure, so it is given up explicitly (which
+// frees it at once) and the session restored before the connection goes
+// back to the pool; if that fails too, the connection is closed, which
+// frees the lock once the server notices.
+func (d *Driver) abortPin(conn *sql.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	q := "SET autocommit = 1, SESSION wait_timeout = DEFAULT" // ends the transaction
+	if d.mode == ModeGetLock {
+		q = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_ALL_LOCKS()"
+	}
+	if _, err := conn.ExecContext(ctx, q); err != nil {
+		discard(conn)
+		return
+	}
+	_ = conn.Close()
 }
 
 func (h *hold) grant(ttl time.Duration) driver.Grant {

@@ -86,13 +86,7 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 		ok, err = d.rowLock(ctx, h)
 	}
 	if err != nil {
-		// Close the connection rather than return it to the pool: an
-		// advisory lock is not transactional and may have been taken
-		// before the statement failed.
-		pc := conn.Hijack()
-		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = pc.Close(cctx)
-		cancel()
+		d.abortPin(conn)
 		return driver.Grant{}, fmt.Errorf("pglock: acquire: %w", err)
 	}
 	if !ok {
@@ -112,6 +106,30 @@ func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) 
 	d.holds[req.Name] = h
 	d.mu.Unlock()
 	return h.grant(req.TTL), nil
+}
+
+// abortPin undoes a failed acquire on a pinned connection. The lock may
+// have been taken before the failure (an advisory lock is not
+// transactional; the row lock's transaction is still open), so it is given
+// up explicitly, which frees it at once, and the connection goes back to
+// the pool; if that fails too, the connection is closed, which frees the
+// lock once the server notices.
+func (d *Driver) abortPin(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var err error
+	if !conn.Conn().PgConn().IsClosed() {
+		if d.mode == ModeAdvisory {
+			_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+		} else {
+			_, err = conn.Exec(ctx, "ROLLBACK")
+		}
+	}
+	if err != nil || conn.Conn().PgConn().IsClosed() {
+		_ = conn.Hijack().Close(ctx)
+		return
+	}
+	conn.Release()
 }
 
 func (h *hold) grant(ttl time.Duration) driver.Grant {

@@ -107,7 +107,7 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 }
 
 func (h *harness) Config() locktest.Config {
-	return locktest.Config{TTL: testSession, SessionBound: true, LockDelay: false}
+	return locktest.Config{TTL: testSession, SessionBound: true, LockDelay: true}
 }
 
 func (h *harness) Close() {

@@ -49,7 +49,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		}
 		sort.Strings(children)
 		for _, c := range children {
-			if contender.MatchString(c) {
+			if contender.MatchString(c) || c == guardName {
 				continue
 			}
 			sub := c

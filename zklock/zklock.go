@@ -51,8 +51,9 @@
 // same driver increments a hold count kept by the driver. The same owner
 // string used through another connection queues like any other owner.
 //
-// Lock-delay is not supported: a request with LockDelay > 0 fails with
-// driver.ErrUnsupported.
+// Lock-delay is supported through a guard node per lock (see delay.go): a
+// holder that ends without a release keeps the lock unavailable for its
+// LockDelay after the loss is first seen; a release frees it at once.
 //
 // # Guarantees
 //
@@ -179,9 +180,10 @@ type hold struct {
 
 // handle is the Grant.Handle of this driver.
 type handle struct {
-	path  string
-	czxid int64
-	sess  *session
+	path    string
+	czxid   int64
+	sess    *session
+	guarded atomic.Bool // a lock-delay guard of this grant exists (see delay.go)
 }
 
 // New returns a driver over conn. The driver does not close conn: Close stops
@@ -296,8 +298,8 @@ func escapeName(name string, atRoot bool) string {
 			esc(seg)
 			continue
 		}
-		if i == 0 && atRoot && seg == "zookeeper" {
-			esc("z")
+		if (i == 0 && atRoot && seg == "zookeeper") || seg == guardName {
+			esc(seg[:1])
 			seg = seg[1:]
 		}
 		cut := -1
@@ -432,9 +434,6 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 }
 
 func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
-	if req.LockDelay > 0 {
-		return driver.Grant{}, fmt.Errorf("zklock: lock-delay: %w", driver.ErrUnsupported)
-	}
 	// Every request refreshes the session on the server, so a grant lasts at
 	// least the session timeout from the last request that confirmed it;
 	// Grant.TTL counts from start, the moment the dlock package measures
@@ -492,6 +491,14 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 		h.count++
 		n := h.count
 		d.mu.Unlock()
+		if req.LockDelay > 0 && !hd.guarded.Load() {
+			if err := d.setGuard(ctx, hd, req.LockDelay); err != nil {
+				d.mu.Lock()
+				h.count--
+				d.mu.Unlock()
+				return driver.Grant{}, err
+			}
+		}
 		return d.grant(hd, n, start, sent), nil
 	}
 }
@@ -558,7 +565,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 		d.discard(parent, prefix, "", created)
 		return driver.Grant{}, fmt.Errorf("zklock: create: %w", ctx.Err())
 	}
-	g, err := d.wait(ctx, sess, parent, path, wait, start)
+	g, err := d.wait(ctx, sess, parent, path, wait, start, req.LockDelay)
 	if err != nil {
 		d.discard(parent, prefix, path, nil)
 		return driver.Grant{}, err
@@ -670,7 +677,7 @@ func queue(children []string) []string {
 
 // wait reads the queue and, when the node at path is not first and wait is
 // set, waits for its predecessors to go.
-func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, wait bool, start time.Time) (driver.Grant, error) {
+func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, wait bool, start time.Time, delay time.Duration) (driver.Grant, error) {
 	own := path[len(parent)+1:]
 	// The node's stat (its czxid) and the queue in one round trip.
 	type statRes struct {
@@ -678,13 +685,14 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 		err error
 	}
 	stc := make(chan statRes, 1)
-	go func() {
+	statNode := func() {
 		ok, st, err := d.conn.Exists(path)
 		if err == nil && !ok {
 			st = nil
 		}
 		stc <- statRes{st, err}
-	}()
+	}
+	go statNode()
 	var stat *zk.Stat
 	for {
 		sent := time.Now()
@@ -713,6 +721,19 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 				return driver.Grant{}, fmt.Errorf("zklock: stat: %w", ctx.Err())
 			}
 			if r.err != nil {
+				if sess.lost() {
+					return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+				}
+				if errors.Is(r.err, zk.ErrSessionExpired) {
+					return driver.Grant{}, fmt.Errorf("zklock: stat %s: %v: %w", path, r.err, driver.ErrSessionLost)
+				}
+				if connLoss(r.err) && d.ctx.Err() == nil {
+					if err := pause(ctx); err != nil {
+						return driver.Grant{}, err
+					}
+					go statNode()
+					continue
+				}
 				return driver.Grant{}, fmt.Errorf("zklock: stat %s: %w", path, r.err)
 			}
 			stat = r.st
@@ -737,8 +758,49 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
 			}
 			return driver.Grant{}, fmt.Errorf("zklock: node %s was deleted while waiting: %w", path, driver.ErrSessionLost)
+		case i == 0 && slices.Contains(children, guardName):
+			// An earlier holder asked for a lock-delay: is it still running?
+			left, err := d.checkGuard(ctx, parent, own)
+			if err != nil {
+				if connLoss(err) && !sess.lost() && d.ctx.Err() == nil {
+					if err := pause(ctx); err != nil {
+						return driver.Grant{}, err
+					}
+					continue
+				}
+				return driver.Grant{}, wrapCtx(ctx, "zklock: lock-delay guard", err)
+			}
+			if left == 0 {
+				continue // guard gone: look again
+			}
+			if left < 0 {
+				return d.grant(&handle{path: path, czxid: stat.Czxid, sess: sess}, 1, start, sent), nil
+			}
+			if !wait {
+				return driver.Grant{}, &driver.LockedError{RetryAfter: left}
+			}
+			t := time.NewTimer(left)
+			select {
+			case <-t.C:
+				continue
+			case <-sess.done:
+				t.Stop()
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+			case <-ctx.Done():
+				t.Stop()
+				return driver.Grant{}, fmt.Errorf("zklock: wait: %w", ctx.Err())
+			case <-d.ctx.Done():
+				t.Stop()
+				return driver.Grant{}, errors.New("zklock: driver is closed")
+			}
 		case i == 0:
-			return d.grant(&handle{path: path, czxid: stat.Czxid, sess: sess}, 1, start, sent), nil
+			h := &handle{path: path, czxid: stat.Czxid, sess: sess}
+			if delay > 0 {
+				if err := d.setGuard(ctx, h, delay); err != nil {
+					return driver.Grant{}, err
+				}
+			}
+			return d.grant(h, 1, start, sent), nil
 		case !wait:
 			return driver.Grant{}, &driver.LockedError{}
 		}
@@ -879,7 +941,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		delete(d.holds, hk)
 	}
 	d.mu.Unlock()
-	_, err := do(ctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(hd.path, 0) })
+	_, err := do(ctx, func() (struct{}, error) { return struct{}{}, d.deleteHeld(hd) })
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return 0, fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)

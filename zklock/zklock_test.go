@@ -364,12 +364,73 @@ func TestSessionExpiry(t *testing.T) {
 	other.Release(ctx, lease("t6w", "X", gOther))
 }
 
-func TestLockDelayUnsupported(t *testing.T) {
-	d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
-	r := req("t7", "A")
-	r.LockDelay = time.Second
-	if _, err := d.TryAcquire(ctxT(t, 5*time.Second), r); !errors.Is(err, driver.ErrUnsupported) {
-		t.Fatalf("LockDelay: %v, want ErrUnsupported", err)
+func TestLockDelay(t *testing.T) {
+	admin := newConn(t, shared.endpoints())
+	b := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	ctx := ctxT(t, 30*time.Second)
+	const delay = 2 * time.Second
+	withDelay := func(name, owner string) driver.AcquireRequest {
+		r := req(name, owner)
+		r.LockDelay = delay
+		return r
+	}
+
+	// A clean release frees the lock at once and removes the guard.
+	a := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	g, err := a.TryAcquire(ctx, withDelay("ld1", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _ := admin.Exists("/dlock/ld1/" + guardName); !ok {
+		t.Fatal("no guard node for a lock-delay grant")
+	}
+	if _, err := a.Release(ctx, lease("ld1", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _ := admin.Exists("/dlock/ld1/" + guardName); ok {
+		t.Fatal("guard node left after a release")
+	}
+	gb, err := b.TryAcquire(ctx, req("ld1", "B"))
+	if err != nil {
+		t.Fatalf("TryAcquire right after a clean release of a lock-delay grant: %v", err)
+	}
+	b.Release(ctx, lease("ld1", "B", gb))
+
+	// The holder's node goes without a release: the lock stays unavailable
+	// for the delay from when that is first seen, to TryAcquire and to a
+	// waiter.
+	ga, err := a.TryAcquire(ctx, withDelay("ld2", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Delete(ga.Handle.(*handle).path, -1); err != nil {
+		t.Fatal(err)
+	}
+	dropped := time.Now()
+	_, err = b.TryAcquire(ctx, req("ld2", "B"))
+	var le *driver.LockedError
+	if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > delay {
+		t.Fatalf("TryAcquire inside the lock-delay: %v (%+v), want LockedError with RetryAfter in (0, %v]", err, le, delay)
+	}
+	c := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	gc, err := c.Acquire(ctx, req("ld2", "C"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(dropped)
+	t.Logf("granted %v after the holder's node went", waited.Round(time.Millisecond))
+	if waited < delay {
+		t.Fatalf("granted %v after the holder's node went; lock-delay %v not honoured", waited, delay)
+	}
+	if gc.Token <= ga.Token {
+		t.Fatalf("token %d <= lost holder's %d", gc.Token, ga.Token)
+	}
+	if _, err := a.Release(ctx, lease("ld2", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release of the lost grant: %v, want ErrNotHeld", err)
+	}
+	c.Release(ctx, lease("ld2", "C", gc))
+	if ok, _, _ := admin.Exists("/dlock/ld2/" + guardName); ok {
+		t.Fatal("guard node left after the delay")
 	}
 }
 
@@ -405,6 +466,7 @@ func TestEscapeName(t *testing.T) {
 		{"a/0123456789abcdef__lock__0000000001", false, "a/0123456789abcdef%5F_lock__0000000001"},
 		{"zookeeper/x", true, "%7Aookeeper/x"},
 		{"zookeeper/x", false, "zookeeper/x"},
+		{"a/dlock-delay", false, "a/%64lock-delay"},
 	} {
 		got := escapeName(tc.name, tc.atRoot)
 		if got != tc.want {

@@ -11,7 +11,10 @@
 // When CI is "true" (or -ci is given), a skipped test in a backend package
 // (one whose import path ends in a name listed by -backends) also fails the
 // run: backend suites skip when their server is missing, and in CI a missing
-// server must never pass as green.
+// server must never pass as green. Skips that are part of a suite's design
+// (a conformance case that does not apply to a backend) are let through when
+// their message matches the -allow regular expression; a skip raised by
+// internal/testserver (its messages start with "testserver:") never is.
 //
 // Usage:
 //
@@ -25,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -36,6 +40,7 @@ const defaultBackends = "sqlitelock,redislock,redlock,etcdlock,zklock,pglock,mys
 func main() {
 	ci := flag.Bool("ci", os.Getenv("CI") == "true" || os.Getenv("CI") == "1", "fail on skipped tests in backend packages (default: $CI is true)")
 	backends := flag.String("backends", defaultBackends, "comma-separated import-path suffixes of backend packages")
+	allow := flag.String("allow", "", "regular expression matching the messages of by-design skips that CI accepts in backend packages")
 	verbose := flag.Bool("v", false, "print every test's output, as go test -v does")
 	flag.Parse()
 	r := &report{
@@ -43,6 +48,14 @@ func main() {
 		ci:       *ci,
 		verbose:  *verbose,
 		backends: splitList(*backends),
+	}
+	if *allow != "" {
+		re, err := regexp.Compile(*allow)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "testreport: -allow: %v\n", err)
+			os.Exit(2)
+		}
+		r.allow = re
 	}
 	code := r.run(os.Stdin)
 	r.out.Flush()
@@ -66,6 +79,7 @@ type report struct {
 	ci       bool
 	verbose  bool
 	backends []string
+	allow    *regexp.Regexp // by-design skips CI accepts; nil accepts none
 
 	buf                     map[key][]string // output per running test
 	passed, failed, skipped int
@@ -148,8 +162,8 @@ func (r *report) handle(e event) {
 			return
 		}
 		r.skipped++
-		if r.ci && r.isBackend(e.Package) {
-			r.ciSkips = append(r.ciSkips, e.Package+" "+e.Test+": "+skipReason(r.buf[k]))
+		if reason := skipReason(r.buf[k]); r.ci && r.isBackend(e.Package) && !r.allowed(reason) {
+			r.ciSkips = append(r.ciSkips, e.Package+" "+e.Test+": "+reason)
 		}
 		r.flush(k)
 	}
@@ -198,6 +212,14 @@ func (r *report) finish() int {
 		fmt.Fprintln(r.out, "FAIL")
 	}
 	return code
+}
+
+// allowed reports whether a skip message is a by-design skip CI accepts.
+func (r *report) allowed(reason string) bool {
+	if r.allow == nil || strings.Contains(reason, "testserver:") {
+		return false
+	}
+	return r.allow.MatchString(reason)
 }
 
 func (r *report) isBackend(pkg string) bool {

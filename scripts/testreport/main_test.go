@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -51,11 +52,19 @@ const leakOnly = `{"Action":"run","Package":"example.com/m","Test":"TestE"}
 {"Action":"fail","Package":"example.com/m","Elapsed":0.1}
 `
 
+const byDesignSkip = `{"Action":"run","Package":"example.com/m/etcdlock","Test":"TestConformance/ExtendAndNoRenew"}
+{"Action":"output","Package":"example.com/m/etcdlock","Test":"TestConformance/ExtendAndNoRenew","Output":"    conformance.go:460: session-bound backend: a lease lives as long as its session\n"}
+{"Action":"skip","Package":"example.com/m/etcdlock","Test":"TestConformance/ExtendAndNoRenew","Elapsed":0}
+{"Action":"run","Package":"example.com/m/etcdlock","Test":"TestFailover"}
+{"Action":"output","Package":"example.com/m/etcdlock","Test":"TestFailover","Output":"    testserver: server program not installed: etcd (session-bound backend)\n"}
+{"Action":"skip","Package":"example.com/m/etcdlock","Test":"TestFailover","Elapsed":0}
+`
+
 func runReport(t *testing.T, input string, ci bool) (int, string) {
 	t.Helper()
 	var sb strings.Builder
 	w := bufio.NewWriter(&sb)
-	r := &report{out: w, ci: ci, backends: splitList(defaultBackends)}
+	r := &report{out: w, ci: ci, backends: splitList(defaultBackends), allow: regexp.MustCompile(`session-bound backend`)}
 	code := r.run(strings.NewReader(input))
 	w.Flush()
 	return code, sb.String()
@@ -90,6 +99,9 @@ func TestReport(t *testing.T) {
 			[]string{"d_test.go:3: boom", "--- FAIL: TestD", "FAIL\texample.com/m\t0.1s"}, nil},
 		{"package failure without a failed test", leakOnly, false, 1, "1 passed, 1 failed, 0 skipped",
 			[]string{"goleak: Errors"}, nil},
+		{"by-design skip allowed, testserver skip never", byDesignSkip, true, 1, "0 passed, 0 failed, 2 skipped",
+			[]string{"example.com/m/etcdlock TestFailover: testserver: server program not installed"},
+			[]string{"etcdlock TestConformance/ExtendAndNoRenew:"}},
 		{"no input", "", false, 1, "0 passed, 0 failed, 0 skipped", []string{"no test events"}, nil},
 		{"backend without tests in CI", `{"Action":"skip","Package":"example.com/m/zklock"}` + "\n", true, 1, "0 passed, 0 failed, 0 skipped",
 			[]string{"example.com/m/zklock: no test files"}, nil},

@@ -1,11 +1,13 @@
 package etcdlock
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -609,4 +611,76 @@ func TestInspect(t *testing.T) {
 	if infos, err := b.Inspect(ctx, "insp/xx"); err != nil || len(infos) != 0 {
 		t.Fatalf("Inspect(insp/xx) = %+v, %v", infos, err)
 	}
+}
+
+// TestInteropWithEtcdctl runs the real `etcdctl lock` against dlock on the
+// same name.
+func TestInteropWithEtcdctl(t *testing.T) {
+	bin, err := exec.LookPath("etcdctl")
+	if err != nil {
+		t.Skip("etcdctl not installed")
+	}
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := ctxT(t, 60*time.Second)
+	etcdctl := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(bin, append([]string{"--endpoints=" + strings.Join(shared.Endpoints(), ",")}, args...)...)
+		cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+		return cmd
+	}
+
+	// etcdctl holds (it prints its key, then waits for a signal).
+	holder := etcdctl("lock", "ctl")
+	out, _ := holder.StdoutPipe()
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ctl/") {
+		t.Fatalf("etcdctl lock said %q, %v", line, err)
+	}
+	if _, err := d.TryAcquire(ctx, req("ctl", "A")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("dlock TryAcquire while etcdctl holds: %v, want ErrLocked", err)
+	}
+	holder.Process.Signal(os.Interrupt) // etcdctl revokes its session
+	holder.Wait()
+	g, err := d.Acquire(ctx, req("ctl", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// dlock holds: `etcdctl lock ctl echo` runs its command only after the
+	// release.
+	var ran atomic.Bool
+	waiter := etcdctl("lock", "ctl", "echo", "ran")
+	wout, _ := waiter.StdoutPipe()
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Process.Kill()
+	lines := make(chan string, 4)
+	go func() {
+		sc := bufio.NewScanner(wout)
+		for sc.Scan() {
+			ran.Store(true)
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	eventually(t, 10*time.Second, "etcdctl queued", func() bool { return len(keys(t, d.cli, "ctl/")) == 2 })
+	if ran.Load() {
+		t.Fatal("etcdctl ran its command while dlock holds the lock")
+	}
+	if _, err := d.Release(ctx, lease("ctl", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-lines:
+		if l != "ran" {
+			t.Fatalf("etcdctl printed %q", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("etcdctl did not get the lock after dlock released it")
+	}
+	waiter.Wait()
 }

@@ -191,10 +191,10 @@ func TestRenewManyInOneRoundTrip(t *testing.T) {
 	ls := make([]driver.Lease, 0, n)
 	pipe := f.admin.Pipeline()
 	for i := 0; i < n; i++ {
-		// Take the locks in bulk through the same script, in one pipeline.
+		// Take the locks in bulk, in the scripts' format (count, token,
+		// no lock-delay, owner), in one pipeline.
 		k := redisscript.KeysFor(DefaultKeyPrefix, fmt.Sprintf("many-%d", i))
-		pipe.HSet(ctx, k.Lock, "owner", "o", "count", 1, "fence", 1)
-		pipe.PExpire(ctx, k.Lock, 2*time.Second)
+		pipe.Set(ctx, k.Lock, "1\n1\n\n\no", 2*time.Second)
 		ls = append(ls, driver.Lease{Name: fmt.Sprintf("many-%d", i), Owner: "o", Token: 1, TTL: 20 * time.Second})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {

@@ -14,16 +14,16 @@
 //
 // Every state change is one Lua script run with EVALSHA (falling back to
 // EVAL after a flushed script cache), so it is atomic on the server. A lock
-// named N is a hash at "dlock:{N}" holding the owner, the hold count, the
-// fencing token and the lease's expiry by the server's clock; the key's own
-// PX expiry is the TTL plus the lock-delay. The fencing counter lives in a
+// named N is a string at "dlock:{N}" holding the owner, the hold count, the
+// fencing token and, with a lock-delay, the lease's expiry by the server's
+// clock; the key's own PX expiry is the TTL plus the lock-delay. The fencing counter lives in a
 // companion key "dlock:{N}:fence" in the same hash slot, is incremented by
 // the acquire script for every new grant and is never deleted, so tokens keep
 // rising across releases, expiries and crashed holders. Names containing
 // '{' or '}' (or starting with '~') are stored base64-encoded, so a user's
 // braces can never change a key's hash slot, and two names never share keys.
 //
-// A release deletes the hash and publishes on "dlock:{N}:rel". Waiters of
+// A release deletes the key and publishes on "dlock:{N}:rel". Waiters of
 // one driver share a single pub/sub connection; see Driver.Subscribe for who
 // is woken.
 //

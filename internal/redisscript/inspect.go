@@ -3,6 +3,7 @@ package redisscript
 import (
 	"context"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +23,7 @@ type NodeLock struct {
 }
 
 // Inspect lists the locks under keyPrefix on the server(s) behind c whose
-// names start with namePrefix, sorted by name: every name with a lock hash
+// names start with namePrefix, sorted by name: every name with a lock key
 // or a fencing counter (a free lock that was once taken has a counter).
 func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix string) ([]NodeLock, error) {
 	pattern := keyPrefix + "{*"
@@ -64,7 +65,7 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 	}
 
 	type q struct {
-		h     *redis.SliceCmd
+		v     *redis.StringCmd
 		pttl  *redis.DurationCmd
 		fence *redis.StringCmd
 	}
@@ -73,7 +74,7 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 	for i, n := range sorted {
 		k := KeysFor(keyPrefix, n)
 		qs[i] = q{
-			h:     pipe.HMGet(ctx, k.Lock, "owner", "count", "fence"),
+			v:     pipe.Get(ctx, k.Lock),
 			pttl:  pipe.PTTL(ctx, k.Lock),
 			fence: pipe.Get(ctx, k.Fence),
 		}
@@ -87,15 +88,10 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 		if f, err := qs[i].fence.Uint64(); err == nil {
 			l.Fence = f
 		}
-		if v, err := qs[i].h.Result(); err == nil && len(v) == 3 {
-			if owner, ok := v[0].(string); ok && owner != "" {
-				l.Owner = owner
-				if c, err := toInt(v[1]); err == nil {
-					l.Count = int(c)
-				}
-				if f, err := toUint(v[2]); err == nil && f > l.Fence {
-					l.Fence = f
-				}
+		if v, err := qs[i].v.Result(); err == nil {
+			if count, fence, owner, ok := ParseValue(v); ok {
+				l.Owner, l.Count = owner, count
+				l.Fence = max(l.Fence, fence)
 				if d := qs[i].pttl.Val(); d > 0 {
 					l.PTTL = d
 				}
@@ -104,4 +100,19 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 		out = append(out, l)
 	}
 	return out, nil
+}
+
+// ParseValue reads a lock's value (see the scripts): its hold count, token
+// and owner.
+func ParseValue(v string) (count int, fence uint64, owner string, ok bool) {
+	parts := strings.SplitN(v, "\n", 5)
+	if len(parts) != 5 {
+		return 0, 0, "", false
+	}
+	c, err1 := strconv.Atoi(parts[0])
+	f, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, "", false
+	}
+	return c, f, parts[4], true
 }

@@ -9,7 +9,7 @@
 //
 // For a lock named N under the key prefix P (default "dlock:"):
 //
-//	P{E}        hash: owner, count, fence, exp (lease expiry, server ms), delay (ms)
+//	P{E}        string: count, token, lease expiry, lock-delay, owner (see scripts.go)
 //	P{E}:fence  string: the fencing counter; survives release, never deleted
 //	P{E}:rel    pub/sub channel: a message is published on every release
 //
@@ -32,7 +32,7 @@ const DefaultPrefix = "dlock:"
 
 // Keys are the Redis keys and channel of one lock.
 type Keys struct {
-	Lock    string // the lock's hash
+	Lock    string // the lock
 	Fence   string // the fencing counter
 	Channel string // the release channel
 }
@@ -57,7 +57,7 @@ func encodeName(name string) string {
 	return name
 }
 
-// NameFromKey returns the lock name of a lock-hash or fence key under
+// NameFromKey returns the lock name of a lock or fence key under
 // prefix, and whether key is one. Channels and foreign keys return false.
 func NameFromKey(prefix, key string) (name string, fence, ok bool) {
 	rest, found := strings.CutPrefix(key, prefix)

@@ -66,3 +66,23 @@ func TestCheckPrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestParseValue(t *testing.T) {
+	for _, tc := range []struct {
+		v     string
+		count int
+		fence uint64
+		owner string
+		ok    bool
+	}{
+		{"1\n7\n\n\nowner", 1, 7, "owner", true},
+		{"3\n18446744073709551615\n1763800000000\n400\na b\n c", 3, 18446744073709551615, "a b\n c", true},
+		{"x\n7\n\n\no", 0, 0, "", false},
+		{"1\n7\n\no", 0, 0, "", false},
+	} {
+		c, f, o, ok := ParseValue(tc.v)
+		if c != tc.count || f != tc.fence || o != tc.owner || ok != tc.ok {
+			t.Errorf("ParseValue(%q) = %d, %d, %q, %v", tc.v, c, f, o, ok)
+		}
+	}
+}

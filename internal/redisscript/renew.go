@@ -13,7 +13,7 @@ import (
 
 // RenewItem is one lease to renew.
 type RenewItem struct {
-	Lock  string // the lock hash key
+	Lock  string // the lock's key
 	Owner string
 	Token uint64 // 0: do not check the token
 	TTL   time.Duration

@@ -9,14 +9,21 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Scripts that need the time read the server's clock with TIME, so expiry
-// is decided by the server alone, and only when a lock-delay is involved:
-// without one, the key's own PX expiry is the lease's, and a key that exists
-// is a live lease. Every script reads the clock, if at all, before its
-// first write, and calls redis.replicate_commands first: that lets it write
-// after TIME on servers older than 5.0 (later servers always replicate
-// scripts by effects and treat the call as a no-op).
-const clock = `
+// A lock's value is one string, so that a grant is one SET ... PX and a
+// check one GET (cheaper on the server than a hash):
+//
+//	count \n token \n exp \n delay \n owner
+//
+// exp (the lease's own expiry, server ms) and delay (ms) are empty without a
+// lock-delay: the key's PX expiry is then the lease's, and a key that exists
+// is a live lease. The owner comes last, so it may contain any byte.
+//
+// Scripts read the server's clock (TIME) only when a lock-delay is
+// involved, and always before their first write, after calling
+// redis.replicate_commands: that lets them write after TIME on servers older
+// than 5.0 (later servers replicate scripts by effects and treat the call as
+// a no-op).
+const prelude = `
 local nowms
 local function now()
   if not nowms then
@@ -26,56 +33,57 @@ local function now()
   end
   return nowms
 end
--- live reports whether a lease whose hash holds exp has not expired.
-local function live(exp)
-  return (not exp) or tonumber(exp) > now()
+local function parse(v)
+  return string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
+end
+-- live reports whether a lease with expiry field e has not expired.
+local function live(e)
+  return e == '' or tonumber(e) > now()
+end
+local function int(n)
+  return string.format('%.0f', n)
+end
+local function value(count, fence, e, d, owner)
+  return int(count) .. '\n' .. fence .. '\n' .. e .. '\n' .. d .. '\n' .. owner
 end
 `
 
 // acquireSrc grants, re-enters or refuses a lock.
 //
-//	KEYS[1] lock hash, KEYS[2] fence counter
+//	KEYS[1] lock, KEYS[2] fence counter
 //	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms
 //
-// The key lives for TTL + lock-delay (PX). With a lock-delay the fields exp
-// (the lease's own expiry, server ms) and delay are set too: between exp and
-// the key's expiry the lock is in its lock-delay: the key still exists, so
-// nobody can take it, but it is no longer held, so its owner can neither
+// The key lives for TTL + lock-delay (PX). With a lock-delay, between exp
+// and the key's expiry the lock is in its lock-delay: the key still exists,
+// so nobody can take it, but it is no longer held, so its owner can neither
 // renew, re-enter nor release it. Returns {1, count, fence} on a grant,
 // {0, pttl, fence, owner} on a refusal.
-var acquireSrc = clock + `
+var acquireSrc = prelude + `
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
-local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'exp')
-if h[1] and (h[1] ~= ARGV[1] or not live(h[4])) then
-  return {0, redis.call('PTTL', KEYS[1]), h[3], h[1]}
-end
-local exp
-if delay > 0 then
-  exp = now() + ttl
-end
+local v = redis.call('GET', KEYS[1])
 local count, fence
-if h[1] then
-  count = tonumber(h[2]) + 1
-  fence = h[3]
-  redis.call('HSET', KEYS[1], 'count', count)
-else
-  count = 1
-  fence = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'count', 1, 'fence', fence)
+if v then
+  local c, f, e, d, o = parse(v)
+  if o ~= ARGV[1] or not live(e) then
+    return {0, redis.call('PTTL', KEYS[1]), f, o}
+  end
+  count, fence = tonumber(c) + 1, f
 end
-if exp then
-  redis.call('HSET', KEYS[1], 'exp', exp, 'delay', delay)
-elseif h[4] then
-  redis.call('HDEL', KEYS[1], 'exp', 'delay')
+local e, d = '', ''
+if delay > 0 then
+  e, d = int(now() + ttl), ARGV[3]
 end
-redis.call('PEXPIRE', KEYS[1], ttl + delay)
+if not v then
+  count, fence = 1, int(redis.call('INCR', KEYS[2]))
+end
+redis.call('SET', KEYS[1], value(count, fence, e, d, ARGV[1]), 'PX', ttl + delay)
 return {1, count, fence}
 `
 
 // releaseSrc gives up one hold.
 //
-//	KEYS[1] lock hash
+//	KEYS[1] lock
 //	ARGV[1] owner, ARGV[2] token ("0": do not check), ARGV[3] release channel
 //	("": publish nothing)
 //
@@ -83,47 +91,51 @@ return {1, count, fence}
 // lock (absent, another owner, another grant, or past its lease expiry). The
 // last hold deletes the key at once (no lock-delay) and publishes the
 // grant's token on the release channel.
-var releaseSrc = clock + `
-local h = redis.call('HMGET', KEYS[1], 'owner', 'count', 'fence', 'exp')
-if h[1] ~= ARGV[1] or (ARGV[2] ~= '0' and h[3] ~= ARGV[2]) or not live(h[4]) then
+var releaseSrc = prelude + `
+local v = redis.call('GET', KEYS[1])
+if not v then return -1 end
+local c, f, e, d, o = parse(v)
+if o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or not live(e) then
   return -1
 end
-local count = tonumber(h[2]) - 1
+local count = tonumber(c) - 1
 if count > 0 then
-  redis.call('HSET', KEYS[1], 'count', count)
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('SET', KEYS[1], value(count, f, e, d, o), 'PX', math.max(pttl, 1))
   return count
 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] ~= '' then
-  redis.call('PUBLISH', ARGV[3], h[3])
+  redis.call('PUBLISH', ARGV[3], f)
 end
 return 0
 `
 
 // renewSrc extends many leases in one call.
 //
-//	KEYS[i] lock hash of lease i
+//	KEYS[i] lock of lease i
 //	ARGV[3i-2] owner, ARGV[3i-1] token ("0": do not check), ARGV[3i] TTL ms
 //
 // Returns one integer per key: 1 renewed, 0 not held. The lock-delay stored
 // at grant time is kept (the key lives for TTL plus it again).
-var renewSrc = clock + `
+var renewSrc = prelude + `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local r = {}
 for i = 1, #KEYS do
   local b = (i - 1) * 3
-  local h = redis.call('HMGET', KEYS[i], 'owner', 'fence', 'exp', 'delay')
-  if h[1] == ARGV[b + 1] and (ARGV[b + 2] == '0' or h[2] == ARGV[b + 2]) and live(h[3]) then
-    local ttl = tonumber(ARGV[b + 3])
-    if h[4] then
-      redis.call('HSET', KEYS[i], 'exp', now() + ttl)
-      redis.call('PEXPIRE', KEYS[i], ttl + tonumber(h[4]))
-    else
-      redis.call('PEXPIRE', KEYS[i], ttl)
+  r[i] = 0
+  local v = redis.call('GET', KEYS[i])
+  if v then
+    local c, f, e, d, o = parse(v)
+    if o == ARGV[b + 1] and (ARGV[b + 2] == '0' or f == ARGV[b + 2]) and live(e) then
+      local ttl = tonumber(ARGV[b + 3])
+      if e == '' then
+        redis.call('PEXPIRE', KEYS[i], ttl)
+      else
+        redis.call('SET', KEYS[i], value(c, f, int(now() + ttl), d, o), 'PX', ttl + tonumber(d))
+      end
+      r[i] = 1
     end
-    r[i] = 1
-  else
-    r[i] = 0
   end
 end
 return r
@@ -131,17 +143,22 @@ return r
 
 // fenceSrc raises a fencing counter to at least a token (Redlock writes the
 // token it chose back to the nodes) and records the token in the owner's
-// lock hash.
+// lock.
 //
-//	KEYS[1] lock hash, KEYS[2] fence counter
+//	KEYS[1] lock, KEYS[2] fence counter
 //	ARGV[1] owner, ARGV[2] token
-var fenceSrc = `
+var fenceSrc = prelude + `
 local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
 if cur < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
-if redis.call('HGET', KEYS[1], 'owner') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'fence', ARGV[2])
+local v = redis.call('GET', KEYS[1])
+if v then
+  local c, f, e, d, o = parse(v)
+  if o == ARGV[1] and f ~= ARGV[2] then
+    local pttl = redis.call('PTTL', KEYS[1])
+    redis.call('SET', KEYS[1], value(c, ARGV[2], e, d, o), 'PX', math.max(pttl, 1))
+  end
 end
 return 1
 `
@@ -150,12 +167,12 @@ return 1
 // just expired: with a lock-delay the key stays for the delay, without one
 // it goes. Nothing is published (an expiry is silent). The fencing counter
 // is untouched. Returns 1 if there was a grant, 0 if not.
-var dropSrc = clock + `
-local h = redis.call('HMGET', KEYS[1], 'owner', 'delay')
-if not h[1] then return 0 end
-if h[2] then
-  redis.call('HSET', KEYS[1], 'exp', now())
-  redis.call('PEXPIRE', KEYS[1], h[2])
+var dropSrc = prelude + `
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local c, f, e, d, o = parse(v)
+if d ~= '' then
+  redis.call('SET', KEYS[1], value(c, f, int(now()), d, o), 'PX', tonumber(d))
 else
   redis.call('DEL', KEYS[1])
 end
@@ -252,7 +269,7 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token 
 }
 
 // WriteFence raises the fencing counter of k to at least token and records
-// token in owner's lock hash.
+// token in owner's lock.
 func WriteFence(ctx context.Context, c redis.Scripter, k Keys, owner string, token uint64) error {
 	return fenceScript.Run(ctx, c, []string{k.Lock, k.Fence}, owner, strconv.FormatUint(token, 10)).Err()
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
 )
 
 // TestLeaderKilledWhileHeld kills the leader of a 3-node ensemble while a
@@ -17,18 +18,14 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-node ensemble: skipped in -short mode")
 	}
-	c, err := startZK(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.stop()
+	c := testserver.ZooKeeper(t, 3)
 	const session = 4 * time.Second
-	connA, err := connect(c.endpoints(), session)
+	connA, err := connect(c.Endpoints(), session)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer connA.Close()
-	connB, err := connect(c.endpoints(), session)
+	connB, err := connect(c.Endpoints(), session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +48,13 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 	}()
 	eventually(t, 5*time.Second, "B queued", func() bool { return len(children(t, connA, "/dlock/failover")) == 2 })
 
-	leader := c.leader()
-	if leader < 0 {
-		t.Fatal("no leader")
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
 	}
-	c.members[leader].kill()
+	if err := c.Members[leader].Kill(); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("killed leader %d", leader)
 
 	aLost := false

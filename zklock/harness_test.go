@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
 
@@ -28,17 +29,13 @@ func newHarness(members int) locktest.NewHarness {
 	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
 		c := shared
 		if members > 1 {
-			var err error
-			if c, err = startZK(members); err != nil {
-				return nil, err
-			}
-			t.Cleanup(c.stop)
+			c = testserver.ZooKeeper(t, members)
 		}
-		admin, err := connect(c.endpoints(), testSession)
+		admin, err := connect(c.Endpoints(), testSession)
 		if err != nil {
 			return nil, err
 		}
-		return &harness{endpoints: c.endpoints(), admin: admin, proxies: map[*Driver][]*proxy{}}, nil
+		return &harness{endpoints: c.Endpoints(), admin: admin, proxies: map[*Driver][]*proxy{}}, nil
 	}
 }
 
@@ -192,9 +189,9 @@ func BenchmarkZKLockHotLock(b *testing.B) {
 			ctx := context.Background()
 			conns := make([]*zk.Conn, 4)
 			for i := range conns {
-				conns[i] = newConn(b, shared.endpoints())
+				conns[i] = newConn(b, shared.Endpoints())
 			}
-			rttOp, cleanup, err := (&harness{endpoints: shared.endpoints()}).RoundTripFloor(ctx)
+			rttOp, cleanup, err := (&harness{endpoints: shared.Endpoints()}).RoundTripFloor(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -19,20 +19,21 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
 )
 
 // shared is one standalone ZooKeeper for the tests that do not break servers.
-var shared *zkCluster
+var shared *testserver.Cluster
 
 func TestMain(m *testing.M) {
 	var err error
-	shared, err = startZK(1)
+	shared, err = testserver.StartZooKeeper(1)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "zklock tests: cannot start ZooKeeper:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	shared.stop()
+	shared.Stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
@@ -130,8 +131,8 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 }
 
 func TestTryAcquireExcludesAndTokensIncrease(t *testing.T) {
-	conn := newConn(t, shared.endpoints())
-	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	conn := newConn(t, shared.Endpoints())
+	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 10*time.Second)
 	ga, err := a.TryAcquire(ctx, req("t1", "A"))
 	if err != nil {
@@ -167,7 +168,7 @@ func TestTryAcquireExcludesAndTokensIncrease(t *testing.T) {
 }
 
 func TestReentranceAndOwners(t *testing.T) {
-	conn := newConn(t, shared.endpoints())
+	conn := newConn(t, shared.Endpoints())
 	d := newTestDriver(t, conn, nil)
 	ctx := ctxT(t, 10*time.Second)
 	g1, err := d.TryAcquire(ctx, req("t2", "A"))
@@ -196,7 +197,7 @@ func TestReentranceAndOwners(t *testing.T) {
 }
 
 func TestAcquireQueuesInOrder(t *testing.T) {
-	conn := newConn(t, shared.endpoints())
+	conn := newConn(t, shared.Endpoints())
 	a := newTestDriver(t, conn, nil)
 	ctx := ctxT(t, 20*time.Second)
 	ga, err := a.TryAcquire(ctx, req("t3", "A"))
@@ -210,7 +211,7 @@ func TestAcquireQueuesInOrder(t *testing.T) {
 	}
 	got := make(chan result, 2)
 	for i, who := range []string{"B", "C"} {
-		d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+		d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 		go func() {
 			g, err := d.Acquire(ctx, req("t3", who))
 			got <- result{who, g, err}
@@ -242,8 +243,8 @@ func TestAcquireQueuesInOrder(t *testing.T) {
 }
 
 func TestCancelledAcquireLeavesNothing(t *testing.T) {
-	conn := newConn(t, shared.endpoints())
-	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	conn := newConn(t, shared.Endpoints())
+	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 10*time.Second)
 	ga, err := a.TryAcquire(ctx, req("t4", "A"))
 	if err != nil {
@@ -272,7 +273,7 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 }
 
 func TestRenewFindsDeletedNode(t *testing.T) {
-	conn := newConn(t, shared.endpoints())
+	conn := newConn(t, shared.Endpoints())
 	d := newTestDriver(t, conn, nil)
 	ctx := ctxT(t, 10*time.Second)
 	g1, err := d.TryAcquire(ctx, req("t5a", "A"))
@@ -299,14 +300,14 @@ func TestRenewFindsDeletedNode(t *testing.T) {
 // its grant's Lost closes with ErrSessionLost, a waiter on the same session
 // stops, and the driver serves later locks on a new session.
 func TestSessionExpiry(t *testing.T) {
-	p, err := newProxy(shared.endpoints()[0])
+	p, err := newProxy(shared.Endpoints()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.close()
 	conn := newConn(t, []string{p.addr()})
 	d := newTestDriver(t, conn, nil)
-	other := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	other := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 30*time.Second)
 	g, err := d.TryAcquire(ctx, req("t6", "A"))
 	if err != nil {
@@ -321,14 +322,14 @@ func TestSessionExpiry(t *testing.T) {
 		_, err := d.Acquire(ctx, req("t6w", "W"))
 		wait <- err
 	}()
-	admin := newConn(t, shared.endpoints())
+	admin := newConn(t, shared.Endpoints())
 	eventually(t, 5*time.Second, "W queued", func() bool { return len(children(t, admin, "/dlock/t6w")) == 2 })
 	// Cut the connection; the proxy refuses reconnects until the session
 	// has expired on the server.
 	addr := p.addr()
 	p.close()
 	eventually(t, 10*time.Second, "holder's node deleted by expiry", func() bool { return len(children(t, admin, "/dlock/t6")) == 0 })
-	p2, err := newProxyAt(addr, shared.endpoints()[0])
+	p2, err := newProxyAt(addr, shared.Endpoints()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,8 +366,8 @@ func TestSessionExpiry(t *testing.T) {
 }
 
 func TestLockDelay(t *testing.T) {
-	admin := newConn(t, shared.endpoints())
-	b := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	admin := newConn(t, shared.Endpoints())
+	b := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 30*time.Second)
 	const delay = 2 * time.Second
 	withDelay := func(name, owner string) driver.AcquireRequest {
@@ -376,7 +377,7 @@ func TestLockDelay(t *testing.T) {
 	}
 
 	// A clean release frees the lock at once and removes the guard.
-	a := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	a := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	g, err := a.TryAcquire(ctx, withDelay("ld1", "A"))
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +413,7 @@ func TestLockDelay(t *testing.T) {
 	if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > delay {
 		t.Fatalf("TryAcquire inside the lock-delay: %v (%+v), want LockedError with RetryAfter in (0, %v]", err, le, delay)
 	}
-	c := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	c := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	gc, err := c.Acquire(ctx, req("ld2", "C"))
 	if err != nil {
 		t.Fatal(err)
@@ -435,7 +436,7 @@ func TestLockDelay(t *testing.T) {
 }
 
 func TestNestedNamesAreIndependent(t *testing.T) {
-	a, b := newTestDriver(t, newConn(t, shared.endpoints()), nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	a, b := newTestDriver(t, newConn(t, shared.Endpoints()), nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 10*time.Second)
 	if _, err := a.TryAcquire(ctx, req("t8/x", "A")); err != nil {
 		t.Fatal(err)
@@ -477,7 +478,7 @@ func TestEscapeName(t *testing.T) {
 		}
 	}
 	// Every such name works on a real server.
-	d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 10*time.Second)
 	for _, name := range []string{"/a", "a//b", "..", "x😀", "100%"} {
 		g, err := d.TryAcquire(ctx, req(name, "A"))
@@ -540,7 +541,7 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestOpenURLWithDigestAuth(t *testing.T) {
-	u, _ := url.Parse("zk://alice:pw@" + strings.Join(shared.endpoints(), ",") + "/authlocks?session_timeout=2s&acl=creator")
+	u, _ := url.Parse("zk://alice:pw@" + strings.Join(shared.Endpoints(), ",") + "/authlocks?session_timeout=2s&acl=creator")
 	d, err := OpenURL(ctxT(t, 20*time.Second), u)
 	if err != nil {
 		t.Fatal(err)
@@ -551,7 +552,7 @@ func TestOpenURLWithDigestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without alice's credentials the queue cannot be joined.
-	stranger := newTestDriver(t, newConn(t, shared.endpoints()), &Options{Root: "/authlocks", SessionTimeout: testSession})
+	stranger := newTestDriver(t, newConn(t, shared.Endpoints()), &Options{Root: "/authlocks", SessionTimeout: testSession})
 	if _, err := stranger.TryAcquire(ctxT(t, 5*time.Second), req("x", "B")); !errors.Is(err, zk.ErrNoAuth) {
 		t.Fatalf("TryAcquire without auth: %v, want ErrNoAuth", err)
 	}
@@ -607,7 +608,7 @@ func startKazoo(t *testing.T, path, mode string) *kazoo {
 	if err := os.WriteFile(script, []byte(kazooScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(python, script, strings.Join(shared.endpoints(), ","), path, mode)
+	cmd := exec.Command(python, script, strings.Join(shared.Endpoints(), ","), path, mode)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -654,7 +655,7 @@ func (k *kazoo) quiet(t *testing.T, d time.Duration) {
 // TestInteropWithKazoo shows that a dlock lock and Python kazoo's Lock on the
 // same path exclude each other and share one queue.
 func TestInteropWithKazoo(t *testing.T) {
-	d := newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 60*time.Second)
 
 	// kazoo holds: dlock is refused, then queues and gets the lock when
@@ -675,7 +676,7 @@ func TestInteropWithKazoo(t *testing.T) {
 		acquired.Store(true)
 		got <- g
 	}()
-	admin := newConn(t, shared.endpoints())
+	admin := newConn(t, shared.Endpoints())
 	eventually(t, 5*time.Second, "dlock queued behind kazoo", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
 	if acquired.Load() {
 		t.Fatal("dlock acquired while kazoo holds")
@@ -701,8 +702,8 @@ func TestInteropWithKazoo(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	conn := newConn(t, shared.endpoints())
-	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.endpoints()), nil)
+	conn := newConn(t, shared.Endpoints())
+	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
 	ctx := ctxT(t, 10*time.Second)
 	ga, err := a.TryAcquire(ctx, req("insp/x", "A"))
 	if err != nil {

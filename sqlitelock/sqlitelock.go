@@ -76,8 +76,8 @@ type Driver struct {
 	ownDB bool // opened by Open: closed by Close
 	busy  time.Duration
 
-	table                           string // quoted
-	acquire, info, release, inspect *sql.Stmt
+	table                                        string // quoted
+	acquire, info, releaseLast, release, inspect *sql.Stmt
 
 	renewMu    sync.Mutex
 	renewStmts map[int]*sql.Stmt // by batch size, see renewSizes
@@ -249,6 +249,11 @@ WHERE count = 0
 	OR (count > 0 AND owner = excluded.owner AND excluded.updated_at < lock_until)
 RETURNING fence, count`},
 		{&d.info, `SELECT fence, count, max(lock_until, delay_until) - ` + nowMS + ` FROM ` + t + ` WHERE name = ?1`},
+		// The common release, of the last hold, needs no RETURNING
+		// (which costs a measurable share of an uncontended lock).
+		{&d.releaseLast, `UPDATE ` + t + ` SET
+	count = 0, owner = '', updated_at = ` + nowMS + `, lock_until = ` + nowMS + `, delay_until = ` + nowMS + `
+WHERE name = ?1 AND owner = ?2 AND (?3 = 0 OR fence = ?3) AND count = 1 AND ` + nowMS + ` < lock_until`},
 		{&d.release, `UPDATE ` + t + ` SET
 	count = count - 1,
 	owner = CASE WHEN count > 1 THEN owner ELSE '' END,
@@ -351,6 +356,16 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	}
 	var count int
 	err := d.retryBusy(ctx, func() error {
+		res, err := d.releaseLast.ExecContext(ctx, l.Name, l.Owner, int64(l.Token))
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 1 {
+			count = 0
+			return nil
+		}
+		// Re-entered (count > 1), or not held: one more statement says
+		// which, atomically on its own.
 		return d.release.QueryRowContext(ctx, l.Name, l.Owner, int64(l.Token)).Scan(&count)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -554,7 +569,7 @@ func (d *Driver) Close() error {
 }
 
 func (d *Driver) closeStmts() {
-	for _, s := range []*sql.Stmt{d.acquire, d.info, d.release, d.inspect} {
+	for _, s := range []*sql.Stmt{d.acquire, d.info, d.releaseLast, d.release, d.inspect} {
 		if s != nil {
 			s.Close()
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 )
 
@@ -92,6 +93,39 @@ func TestMultiProcess(t *testing.T) {
 	}
 }
 
+// TestMultiProcessClients is TestMultiProcess through the dlock API: each
+// process opens a sqlite:// URL and waits in Mutex.Lock, as users do.
+func TestMultiProcessClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test skipped in -short mode")
+	}
+	dir := t.TempDir()
+	const procs, iters = 4, 15
+	runHelpers(t, procs, "client", "HELPER_DIR="+dir, fmt.Sprintf("HELPER_ITERS=%d", iters))
+	b, err := os.ReadFile(filepath.Join(dir, "counter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != strconv.Itoa(procs*iters) {
+		t.Fatalf("counter = %s, want %d", got, procs*iters)
+	}
+	toks, err := os.ReadFile(filepath.Join(dir, "tokens"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for _, line := range strings.Split(strings.TrimSpace(string(toks)), "\n") {
+		tok, err := strconv.ParseUint(strings.Fields(line)[0], 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok <= last {
+			t.Fatalf("token %d logged after %d", tok, last)
+		}
+		last = tok
+	}
+}
+
 // TestMultiProcessCrash: a process takes the lock and exits without
 // releasing; another process gets it only after the TTL, with a greater
 // token.
@@ -147,6 +181,14 @@ func TestHelperProcess(t *testing.T) {
 		}
 		fmt.Printf("token %d\n", g.Token)
 		os.Exit(0) // no Release, no Close: a crash as far as the file knows
+	case "client":
+		d.Close()
+		iters, _ := strconv.Atoi(os.Getenv("HELPER_ITERS"))
+		if err := clientLoop(ctx, dir, id, iters); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	case "contend":
 		iters, _ := strconv.Atoi(os.Getenv("HELPER_ITERS"))
 		if err := contend(ctx, d, dir, id, iters); err != nil {
@@ -213,4 +255,28 @@ func critical(dir, id string, token uint64) error {
 		return err
 	}
 	return os.Remove(marker)
+}
+
+func clientLoop(ctx context.Context, dir, id string, iters int) error {
+	c, err := dlock.Open(ctx, "sqlite://"+filepath.Join(dir, "locks.db")+"?ttl=10s")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	m := c.NewMutex("shared", nil)
+	for i := 0; i < iters; i++ {
+		lctx, cancel := context.WithTimeout(ctx, time.Minute)
+		l, err := m.Lock(lctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if err := critical(dir, id, l.Token()); err != nil {
+			return err
+		}
+		if err := l.Unlock(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -506,3 +506,20 @@ func TestURL(t *testing.T) {
 		t.Fatalf("rediss: %+v, %v", opt, err)
 	}
 }
+
+func TestCloseClosesURLClient(t *testing.T) {
+	srv := testserver.Redis(t, nil)
+	ctx := ctxT(t)
+	u, _ := url.Parse(srv.URL())
+	dd, err := openURL(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := dd.(*Driver)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.client.Ping(ctx).Err(); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("client opened from the URL still usable after Close: %v", err)
+	}
+}

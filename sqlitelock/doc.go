@@ -10,10 +10,12 @@
 // statement: it inserts the row (fence 1), or takes it over when it is free
 // (released, or past its expiry plus lock-delay) with fence+1, or re-enters
 // it when the same owner still holds it (count+1, same fence, TTL reset). A
-// release or renewal is a single UPDATE that checks name, owner and fence.
-// Every write is one statement, so SQLite takes its write lock before it reads
-// the row, and concurrent writers in several processes serialise on the
-// file's lock. Rows are never deleted, so the fence column never goes back.
+// release is an UPDATE that checks name, owner, fence and expiry (a second
+// one only when the owner had re-entered); a renewal is one UPDATE … FROM
+// (VALUES …) per 256 leases, all in one transaction. Each write statement
+// takes SQLite's write lock before it reads the row, so concurrent writers in
+// several processes serialise on the file's lock. Rows are never deleted, so
+// the fence column never goes back.
 //
 // # Guarantees
 //

@@ -638,8 +638,8 @@ func TestVersionAtLeast(t *testing.T) {
 		v    string
 		want bool
 	}{
-		{"3.38.0", true}, {"3.54.1", true}, {"4.0", true}, {"3.38", true},
-		{"3.37.9", false}, {"2.99.99", false}, {"", false}, {"x.y", false},
+		{"3.35.0", true}, {"3.54.1", true}, {"4.0", true}, {"3.35", true},
+		{"3.34.9", false}, {"2.99.99", false}, {"", false}, {"x.y", false},
 	} {
 		if got := versionAtLeast(tc.v, minVersion); got != tc.want {
 			t.Errorf("versionAtLeast(%q) = %v, want %v", tc.v, got, tc.want)

@@ -115,17 +115,22 @@ var errClosed = errors.New("sqlitelock: driver is closed")
 const nowMS = `CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)`
 
 // minVersion is the oldest SQLite the statements run on: RETURNING (3.35),
-// UPDATE … FROM (3.33), built-in JSON functions (3.38).
-var minVersion = [3]int{3, 38, 0}
+// UPDATE … FROM (3.33).
+var minVersion = [3]int{3, 35, 0}
 
 // New returns a driver that keeps its locks in db, creating the table if it
-// is missing. db may use any SQLite database/sql driver whose SQLite is 3.38
+// is missing. db may use any SQLite database/sql driver whose SQLite is 3.35
 // or newer; Close does not close it.
 //
-// The driver's writes are single statements, which SQLite serialises safely
-// whatever the journal mode, and it retries a statement that finds the file
-// busy for up to opts.BusyTimeout. For throughput and for readers not to
-// block writers, put the database in WAL mode (Open does).
+// Every write the driver makes is a statement (or, for renewals of more than
+// 256 leases, a transaction) that takes SQLite's write lock before it reads,
+// which SQLite serialises safely whatever the journal mode; a statement that
+// finds the file busy is retried for up to opts.BusyTimeout. For throughput,
+// and so that goroutines queue in database/sql rather than in SQLite's
+// sleeping busy handler, put the database in WAL mode and give it one
+// connection (SetMaxOpenConns(1)), as Open does. The durability of grants,
+// and so of fencing tokens across a power loss, is what db's settings give
+// (Open uses synchronous=FULL).
 func New(db *sql.DB, opts *Options) (*Driver, error) {
 	if db == nil {
 		return nil, invalidf("New: db is nil")
@@ -167,7 +172,7 @@ func openPath(ctx context.Context, path string, opts *Options) (*Driver, error) 
 		return nil, invalidf("Open: %s is a directory", abs)
 	}
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busy.Milliseconds(), 10)+")")
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(ms(busy), 10)+")")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
@@ -177,9 +182,9 @@ func openPath(ctx context.Context, path string, opts *Options) (*Driver, error) 
 		return nil, fmt.Errorf("sqlitelock: Open %s: %w", abs, err)
 	}
 	// One connection: goroutines of this process queue in database/sql
-	// (first come, first served) instead of contending for the file lock
-	// through SQLite's sleeping busy handler. Other processes still contend
-	// through the file lock and the busy timeout.
+	// instead of contending for the file lock through SQLite's sleeping
+	// busy handler. Other processes still contend through the file lock and
+	// the busy timeout.
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxIdleTime(0)

@@ -145,6 +145,9 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, name string, delay tim
 	if err != nil {
 		return err
 	}
+	// Set first: a release must delete the guard even if this write's reply
+	// is lost.
+	h.guarded.Store(true)
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 		Then(clientv3.OpPut(d.guardKey(name), h.key, clientv3.WithLease(id))).

@@ -72,6 +72,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -182,9 +183,10 @@ type hold struct {
 
 // handle is the Grant.Handle of this driver.
 type handle struct {
-	key  string
-	rev  int64
-	sess *session
+	key     string
+	rev     int64
+	sess    *session
+	guarded atomic.Bool // a lock-delay guard of this grant was written
 }
 
 // New returns a driver over cli. The driver does not close cli: Close stops
@@ -669,9 +671,13 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	d.mu.Unlock()
 	// While the key is ours no other holder can have written the guard, so
 	// the guard (if any) is ours too.
+	ops := []clientv3.Op{clientv3.OpDelete(hd.key)}
+	if hd.guarded.Load() {
+		ops = append(ops, clientv3.OpDelete(d.guardKey(l.Name)))
+	}
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", hd.rev)).
-		Then(clientv3.OpDelete(hd.key), clientv3.OpDelete(d.guardKey(l.Name))).
+		Then(ops...).
 		Commit()
 	if err != nil {
 		return 0, wrapCtx(ctx, "etcdlock: release", err)

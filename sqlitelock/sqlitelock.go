@@ -365,7 +365,11 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err == nil && n == 1 {
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 1 {
 			count = 0
 			return nil
 		}
@@ -390,8 +394,9 @@ type renewItem struct {
 // renewSizes are the batch sizes Renew prepares statements for. A batch is
 // cut into chunks of the largest size, and the last chunk is padded up to
 // the next size by repeating its last lease (an UPDATE … FROM matches each
-// row once, so a repeat changes nothing). A handful of prepared statements
-// then serve every batch size, and the padding costs at most a few rows.
+// row once, so a repeat changes nothing). Five prepared statements then
+// serve every batch size; padding at most quadruples the rows of a small
+// batch, and adds under 256 to a large one.
 var renewSizes = []int{1, 4, 16, 64, 256}
 
 // renewStmt returns the prepared renewal statement for k leases.

@@ -20,12 +20,15 @@ import (
 type harness struct {
 	endpoints []string
 	admin     *zk.Conn
+	direct    bool // connect without proxies (benchmarks: no Kill)
 
 	mu      sync.Mutex
 	proxies map[*Driver][]*proxy
 }
 
-func newHarness(members int) locktest.NewHarness {
+func newHarness(members int) locktest.NewHarness { return newHarnessWith(members, false) }
+
+func newHarnessWith(members int, direct bool) locktest.NewHarness {
 	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
 		c := shared
 		if members > 1 {
@@ -35,13 +38,20 @@ func newHarness(members int) locktest.NewHarness {
 		if err != nil {
 			return nil, err
 		}
-		return &harness{endpoints: c.Endpoints(), admin: admin, proxies: map[*Driver][]*proxy{}}, nil
+		return &harness{endpoints: c.Endpoints(), admin: admin, direct: direct, proxies: map[*Driver][]*proxy{}}, nil
 	}
 }
 
 // NewDriver connects through a proxy per server, so that Kill can cut the
 // connection the way a crash would.
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
+	if h.direct {
+		conn, err := connect(h.endpoints, testSession)
+		if err != nil {
+			return nil, err
+		}
+		return newDriver(conn, true, &Options{SessionTimeout: testSession})
+	}
 	var ps []*proxy
 	var addrs []string
 	for _, e := range h.endpoints {
@@ -77,9 +87,12 @@ func (h *harness) Kill(d driver.Driver) error {
 		return fmt.Errorf("not a zklock driver: %T", d)
 	}
 	h.mu.Lock()
-	ps := h.proxies[zd]
+	ps, ok := h.proxies[zd]
 	delete(h.proxies, zd)
 	h.mu.Unlock()
+	if !ok {
+		return errors.New("driver was not made by this harness with proxies")
+	}
 	for _, p := range ps {
 		p.close()
 	}
@@ -119,16 +132,50 @@ func (h *harness) Close() {
 	}
 }
 
+// floorConn connects the way NewDriver does, so that floors and drivers pay
+// for the same path.
+func (h *harness) floorConn() (*zk.Conn, func(), error) {
+	if h.direct {
+		conn, err := connect(h.endpoints, testSession)
+		if err != nil {
+			return nil, nil, err
+		}
+		return conn, conn.Close, nil
+	}
+	var ps []*proxy
+	var addrs []string
+	closeAll := func() {
+		for _, p := range ps {
+			p.close()
+		}
+	}
+	for _, e := range h.endpoints {
+		p, err := newProxy(e)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ps = append(ps, p)
+		addrs = append(addrs, p.addr())
+	}
+	conn, err := connect(addrs, testSession)
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	return conn, func() { conn.Close(); closeAll() }, nil
+}
+
 // AcquireReleaseFloor: create an ephemeral sequential node, list the queue,
-// delete the node, on a connection of its own (no proxy).
+// delete the node, on a connection of its own.
 func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context, string) error, func(), error) {
-	conn, err := connect(h.endpoints, testSession)
+	conn, closeConn, err := h.floorConn()
 	if err != nil {
 		return nil, nil, err
 	}
 	parent := "/dlock-floor"
 	if _, err := conn.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		conn.Close()
+		closeConn()
 		return nil, nil, err
 	}
 	op := func(ctx context.Context, key string) error {
@@ -141,25 +188,25 @@ func (h *harness) AcquireReleaseFloor(ctx context.Context) (func(context.Context
 		}
 		return conn.Delete(p, -1)
 	}
-	return op, conn.Close, nil
+	return op, closeConn, nil
 }
 
 // RoundTripFloor: one raw write (a setData).
 func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) error, func(), error) {
-	conn, err := connect(h.endpoints, testSession)
+	conn, closeConn, err := h.floorConn()
 	if err != nil {
 		return nil, nil, err
 	}
 	node := "/dlock-floor-rtt"
 	if _, err := conn.Create(node, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
-		conn.Close()
+		closeConn()
 		return nil, nil, err
 	}
 	op := func(ctx context.Context) error {
 		_, err := conn.Set(node, []byte("x"), -1)
 		return err
 	}
-	return op, conn.Close, nil
+	return op, closeConn, nil
 }
 
 var _ locktest.Floors = (*harness)(nil)
@@ -175,8 +222,9 @@ func TestConformanceEnsemble(t *testing.T) {
 	locktest.RunConformanceTests(t, newHarness(3))
 }
 
+// BenchmarkLocks connects without proxies, like BenchmarkZKLockHotLock.
 func BenchmarkLocks(b *testing.B) {
-	locktest.RunBenchmarks(b, newHarness(1))
+	locktest.RunBenchmarks(b, newHarnessWith(1, true))
 }
 
 // BenchmarkZKLockHotLock is the hot-lock hand-off scenario of
@@ -191,7 +239,7 @@ func BenchmarkZKLockHotLock(b *testing.B) {
 			for i := range conns {
 				conns[i] = newConn(b, shared.Endpoints())
 			}
-			rttOp, cleanup, err := (&harness{endpoints: shared.Endpoints()}).RoundTripFloor(ctx)
+			rttOp, cleanup, err := (&harness{endpoints: shared.Endpoints(), direct: true}).RoundTripFloor(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}

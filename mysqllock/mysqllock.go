@@ -285,7 +285,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	return d.sessionRelease(ctx, l)
 }
 
-// Renew implements driver.Driver. In ModeLease it is one UPDATE per 500
+// Renew implements driver.Driver. In ModeLease it is one UPDATE per 2,000
 // leases sharing a TTL (one statement per tick in the common case); in the
 // session modes it pings each pinned connection (in
 // parallel) and reports ErrSessionLost for those that are gone.

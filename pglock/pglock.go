@@ -24,7 +24,16 @@
 // NOWAIT on the name's row in an open transaction on a pinned connection. In
 // both, the fencing token comes from an autocommitted increment of the name's
 // row in the lock table made after the grant, so a crash never lets a token be
-// reused.
+// reused. The pinned session gets a server-side idle timeout of one TTL
+// (idle_session_timeout, PostgreSQL 14 and later; in ModeRowLock
+// idle_in_transaction_session_timeout), re-armed by every renewal, so a holder
+// that stops renewing loses its lock about one TTL later even while its TCP
+// connection stays open. Each held lock takes one pool connection (ModeRowLock
+// a second one for an instant at the grant): size the pool for the locks held
+// at once.
+//
+// PostgreSQL 12 or later. The lock table must live on the primary; see
+// docs/backends.md for what a failover does to each mode.
 //
 // All methods of Driver are safe for concurrent use.
 package pglock

@@ -127,12 +127,27 @@ func (l *listener) run(ctx context.Context) {
 // listenOnce connects, LISTENs, calls onUp and dispatches notifications
 // until the connection fails or ctx ends.
 func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
-	cfg := l.d.pool.Config().ConnConfig.Copy()
+	// Connect the way the pool does (its BeforeConnect and AfterConnect
+	// hooks included, for rotating credentials and session setup), but
+	// outside it, so the listener never takes one of its connections.
+	pcfg := l.d.pool.Config()
+	cfg := pcfg.ConnConfig.Copy()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if pcfg.BeforeConnect != nil {
+		if err := pcfg.BeforeConnect(cctx, cfg); err != nil {
+			return err
+		}
+	}
 	conn, err := pgx.ConnectConfig(cctx, cfg)
-	cancel()
 	if err != nil {
 		return err
+	}
+	if pcfg.AfterConnect != nil {
+		if err := pcfg.AfterConnect(cctx, conn); err != nil {
+			_ = conn.Close(cctx)
+			return err
+		}
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)

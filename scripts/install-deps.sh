@@ -8,6 +8,8 @@
 set -euo pipefail
 
 packages=(
+	gcc                  # cgo, which go test -race needs
+	libc6-dev            # the C headers cgo compiles against
 	redis-server         # redis-server, for redislock and redlock
 	etcd-server          # /usr/bin/etcd, for etcdlock
 	etcd-client          # etcdctl, for poking at test clusters by hand

@@ -132,24 +132,33 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 // tryLoop calls TryAcquire until it succeeds, fails for a reason other than
 // ErrLocked, or (when wait is false) after the first attempt.
 func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolved, wait, explicitOwner bool) (driver.Grant, time.Time, error) {
+	var sub driver.Subscription
+	defer func() {
+		if sub != nil {
+			_ = sub.Close()
+		}
+	}()
 	c := m.c
 	clock := c.opts.Clock
-	var sub driver.Subscription
-	if n, ok := c.d.(driver.Notifier); ok && wait {
+	// Subscribe only once the lock turns out to be held, so an uncontended
+	// Lock costs one round trip. The attempt right after subscribing cannot
+	// miss a release that happened before the subscription.
+	var notify <-chan struct{}
+	triedSubscribe := false
+	subscribe := func() {
+		n, ok := c.d.(driver.Notifier)
+		if !ok || !wait || triedSubscribe {
+			return
+		}
+		triedSubscribe = true
 		s, err := n.Subscribe(ctx, m.name)
 		if err != nil {
-			if ctx.Err() != nil {
-				return driver.Grant{}, time.Time{}, ctx.Err()
+			if ctx.Err() == nil {
+				c.log.Warn("dlock: release notifications unavailable, polling", "name", m.name, "err", err)
 			}
-			c.log.Warn("dlock: release notifications unavailable, polling", "name", m.name, "err", err)
-		} else {
-			sub = s
-			defer sub.Close()
+			return
 		}
-	}
-	var notify <-chan struct{}
-	if sub != nil {
-		notify = sub.C()
+		sub, notify = s, s.C()
 	}
 	backoff := r.waitMin
 	for attempt := 0; ; attempt++ {
@@ -173,6 +182,11 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 		}
 		if !wait {
 			return driver.Grant{}, sent, err
+		}
+		if !triedSubscribe {
+			if subscribe(); notify != nil {
+				continue // try again now that a release cannot be missed
+			}
 		}
 		// Full jitter over [waitMin, backoff], backoff doubling to waitMax,
 		// never past the moment the holder's lease (plus delay) runs out.

@@ -23,8 +23,9 @@ import (
 //   - AcquireRelease: uncontended TryLock+Unlock; metric x-floor.
 //   - HotLock/contenders=N: N goroutines over several clients on one lock;
 //     metrics ops/s, handoff-p50-µs, handoff-p99-µs and handoff-p50/rtt
-//     (hand-off latency from Unlock to the next holder's grant, over one raw
-//     round trip).
+//     (hand-off latency from the release to the next holder's grant, over one
+//     raw round trip). The release time is the midpoint of the Unlock round
+//     trip, the best estimate of when the server freed the lock.
 //   - ManyLocks: independent locks in parallel.
 //   - Renew/leases=10000: 10,000 held leases on one client renewing;
 //     metrics renew-calls/tick and bytes/lease.
@@ -152,9 +153,9 @@ func (s *suite) benchHotLock(b *testing.B, contenders int) {
 	}
 	var (
 		remaining   atomic.Int64
-		releasedAt  atomic.Int64 // unix nanos of the last Unlock call, 0 if none pending
 		mu          sync.Mutex
-		handoffs    []time.Duration
+		grants      []time.Time // grant time of each holder, in grant order
+		releases    []time.Time // release time of the same holder (midpoint of its Unlock)
 		wg          sync.WaitGroup
 		errOnce     sync.Once
 		firstErr    error
@@ -178,17 +179,22 @@ func (s *suite) benchHotLock(b *testing.B, contenders int) {
 					}
 					return
 				}
-				if at := releasedAt.Swap(0); at != 0 {
-					d := time.Duration(time.Now().UnixNano() - at)
-					mu.Lock()
-					handoffs = append(handoffs, d)
-					mu.Unlock()
-				}
+				// Holders are serialised by the lock, so the index of this
+				// grant is its place in the sequence of holders.
+				mu.Lock()
+				i := len(grants)
+				grants = append(grants, time.Now())
+				releases = append(releases, time.Time{})
+				mu.Unlock()
 				left := remaining.Add(-1)
-				releasedAt.Store(time.Now().UnixNano())
+				t0 := time.Now()
 				if err := l.Unlock(ctx); err != nil {
 					errOnce.Do(func() { firstErr = err })
 				}
+				t1 := time.Now()
+				mu.Lock()
+				releases[i] = t0.Add(t1.Sub(t0) / 2)
+				mu.Unlock()
 				if left <= 0 {
 					stopW()
 					return
@@ -201,6 +207,12 @@ func (s *suite) benchHotLock(b *testing.B, contenders int) {
 	b.StopTimer()
 	if firstErr != nil {
 		b.Fatalf("hot lock: %v", firstErr)
+	}
+	var handoffs []time.Duration
+	for i := 1; i < len(grants); i++ {
+		if !releases[i-1].IsZero() {
+			handoffs = append(handoffs, max(grants[i].Sub(releases[i-1]), 0))
+		}
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 	if len(handoffs) > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -21,6 +22,7 @@ type Cluster struct {
 	external bool
 	tb       testing.TB
 	leader   func(c *Cluster) (int, error)
+	fresh    atomic.Bool // set while Restart(true) brings up a whole new cluster
 }
 
 // Endpoints returns the members' client addresses, "127.0.0.1:port".
@@ -69,6 +71,10 @@ func (c *Cluster) Restart(wipe bool) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if wipe {
+		c.fresh.Store(true)
+		defer c.fresh.Store(false)
 	}
 	var wg sync.WaitGroup
 	for i, m := range c.Members {

@@ -118,6 +118,9 @@ func StartEtcd(members int) (*Cluster, error) {
 // --initial-cluster-state it must start with: "existing", or "new" when no
 // other member is running (the whole cluster is being started afresh).
 func etcdReplaceMember(c *Cluster, i int, peerURL string) (string, error) {
+	if c.fresh.Load() {
+		return "new", nil // Cluster.Restart(true): every member starts afresh
+	}
 	var via string
 	for j, m := range c.Members {
 		if j != i && m.Running() {

@@ -242,6 +242,24 @@ func TestEtcdCluster3(t *testing.T) {
 	if r, err := c.Get(ctx, "k"); err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "v3" {
 		t.Fatalf("after a whole-cluster restart: %v, %v", r, err)
 	}
+
+	// A whole-cluster wipe gives a new, empty cluster on the same ports.
+	if err := cl.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	fresh := etcdClient(t, cl.Endpoints())
+	if err := waitFor(ctx, func() error {
+		r, err := fresh.Get(ctx, "k")
+		if err != nil {
+			return err
+		}
+		if len(r.Kvs) != 0 {
+			return fmt.Errorf("k survived a wipe: %v", r.Kvs)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitFor polls cond until it returns nil or ctx ends.

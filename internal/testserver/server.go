@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -47,8 +48,9 @@ const defaultStopGrace = time.Second
 
 // Server is one server process started by this package, or an external
 // server named by an environment variable. All methods are safe for
-// concurrent use. Fault controls act on the whole process group, so servers
-// that fork (PostgreSQL backends) are killed, paused and resumed as a unit.
+// concurrent use. Fault controls act on the server's whole process tree, so
+// servers that fork (PostgreSQL backends) are killed, paused and resumed as a
+// unit.
 type Server struct {
 	kind string
 	tb   testing.TB // set by the testing.TB constructors; used to skip on external servers
@@ -77,6 +79,7 @@ type Server struct {
 	mu      sync.Mutex
 	proc    *process
 	stopped bool
+	alive   atomic.Bool // proc != nil; read without mu so members can ask each other
 }
 
 type process struct {
@@ -112,9 +115,7 @@ func (s *Server) Running() bool {
 	if s.external {
 		return true
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc != nil
+	return s.alive.Load()
 }
 
 // faultControl refuses fault controls on external servers: it skips s's test
@@ -148,6 +149,7 @@ func (s *Server) killLocked() error {
 		return nil
 	}
 	s.proc = nil
+	s.alive.Store(false)
 	pids := signalTree(p.pgid, syscall.SIGKILL)
 	<-p.done
 	return waitGone(pids, 10*time.Second)
@@ -237,6 +239,7 @@ func (s *Server) Stop() {
 	s.stopped = true
 	if p := s.proc; p != nil {
 		s.proc = nil
+		s.alive.Store(false)
 		sig := s.stopSig
 		if sig == 0 {
 			sig = syscall.SIGTERM
@@ -298,6 +301,7 @@ func (s *Server) startLocked() error {
 		close(p.done)
 	}()
 	s.proc = p
+	s.alive.Store(true)
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()

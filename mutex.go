@@ -82,11 +82,14 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	if wait {
 		op = "lock"
 	}
-	// Stop waiting when the client closes.
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
-	defer stop()
+	if wait {
+		// Stop waiting when the client closes.
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
+		defer stop()
+	}
 
 	var (
 		g    driver.Grant

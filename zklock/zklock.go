@@ -157,6 +157,25 @@ type session struct {
 	id   int64
 	done chan struct{}
 	err  error // set before done closes
+
+	mu        sync.Mutex
+	refreshed time.Time // send time of the last request the server answered
+}
+
+// refresh records that a request sent at sent was answered: the server
+// heard from the session then, so it lives at least a session timeout longer.
+func (s *session) refresh(sent time.Time) {
+	s.mu.Lock()
+	if sent.After(s.refreshed) {
+		s.refreshed = sent
+	}
+	s.mu.Unlock()
+}
+
+func (s *session) refreshedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refreshed
 }
 
 func (s *session) lost() bool {
@@ -364,6 +383,7 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 		ch <-chan zk.Event
 		id int64
 	}
+	sent := time.Now()
 	r, err := do(ctx, func() (res, error) {
 		_, _, ch, err := d.conn.ExistsW("/")
 		return res{ch, d.conn.SessionID()}, err
@@ -371,11 +391,38 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zklock: %w", err)
 	}
-	s := &session{id: r.id, done: make(chan struct{})}
+	s := &session{id: r.id, done: make(chan struct{}), refreshed: sent}
 	d.sess = s
 	ok := d.spawn(func() {
+		// Besides the watch, the session is given up when no request has
+		// been answered for a whole session timeout, counted from its send
+		// time: by then the server has expired it, even if go-zookeeper
+		// cannot reach a server to learn so. An idle session is probed
+		// every third of the timeout.
+		step := max(d.ttl/6, 10*time.Millisecond)
+		timer := time.NewTimer(step)
+		defer timer.Stop()
+		var probing atomic.Bool
 		for {
 			select {
+			case <-timer.C:
+				since := time.Since(s.refreshedAt())
+				// Wake at the deadline itself, or in a step.
+				timer.Reset(max(min(step, d.ttl-since), time.Millisecond))
+				if since >= d.ttl {
+					s.err = fmt.Errorf("zklock: session %#x: no reply from ZooKeeper within the session timeout %v: %w", s.id, d.ttl, driver.ErrSessionLost)
+					close(s.done)
+					return
+				}
+				if since >= d.ttl/3 && probing.CompareAndSwap(false, true) {
+					go func() {
+						defer probing.Store(false)
+						sent := time.Now()
+						if _, err := do(d.ctx, func() (bool, error) { ok, _, err := d.conn.Exists("/"); return ok, err }); err == nil && d.conn.SessionID() == s.id {
+							s.refresh(sent)
+						}
+					}()
+				}
 			case ev := <-r.ch:
 				if ev.Type != zk.EventNotWatching {
 					// Not expected for "/", but keep watching.
@@ -713,6 +760,7 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			}
 			return driver.Grant{}, wrapCtx(ctx, "zklock: list queue", err)
 		}
+		sess.refresh(sent)
 		if stat == nil {
 			var r statRes
 			select {
@@ -1003,6 +1051,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	checked := make([]bool, len(ls))
 	exists := func(i int) {
 		hd := hds[i]
+		sent := time.Now()
 		st, err := do(ctx, func() (*zk.Stat, error) {
 			ok, st, err := d.conn.Exists(hd.path)
 			if err == nil && !ok {
@@ -1010,6 +1059,9 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 			}
 			return st, err
 		})
+		if err == nil && d.conn.SessionID() == hd.sess.id {
+			hd.sess.refresh(sent)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		checked[i] = true
@@ -1050,9 +1102,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 				for j, i := range chunk {
 					ops[j] = &zk.CheckVersionRequest{Path: hds[i].path, Version: -1}
 				}
+				sent := time.Now()
 				_, err := do(ctx, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
 				switch {
 				case err == nil:
+					hds[chunk[0]].sess.refresh(sent)
 					// Every node exists: paths are unique, so they are ours.
 					mu.Lock()
 					for _, i := range chunk {

@@ -354,10 +354,12 @@ func TestSessionExpiry(t *testing.T) {
 	if err != nil || !errors.Is(errs[0], driver.ErrNotHeld) {
 		t.Fatalf("Renew after expiry: %v %v", errs, err)
 	}
-	g2, err := d.TryAcquire(ctx, req("t6", "A"))
-	if err != nil {
-		t.Fatalf("TryAcquire on a new session: %v", err)
-	}
+	// go-zookeeper reconnects (through the new proxy) on a new session.
+	var g2 driver.Grant
+	eventually(t, 10*time.Second, "TryAcquire on a new session", func() bool {
+		g2, err = d.TryAcquire(ctx, req("t6", "A"))
+		return err == nil
+	})
 	if g2.Token <= g.Token {
 		t.Fatalf("token %d after %d", g2.Token, g.Token)
 	}
@@ -740,5 +742,36 @@ func TestInspect(t *testing.T) {
 	}
 	if infos, err := b.Inspect(ctx, "insp/xx"); err != nil || len(infos) != 0 {
 		t.Fatalf("Inspect(insp/xx) = %+v, %v", infos, err)
+	}
+}
+
+// TestCutOffHolderGivesUp cuts a holder off from every server for good: it
+// must report its grant lost within the session timeout of its last answered
+// request, without waiting to hear from a server that its session expired.
+func TestCutOffHolderGivesUp(t *testing.T) {
+	p, err := newProxy(shared.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := newConn(t, []string{p.addr()})
+	d := newTestDriver(t, conn, nil)
+	ctx := ctxT(t, 20*time.Second)
+	g, err := d.TryAcquire(ctx, req("cutoff", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.close()
+	cut := time.Now()
+	select {
+	case <-g.Lost:
+		t.Logf("lost %v after the cut: %v", time.Since(cut).Round(time.Millisecond), g.Cause())
+		if !errors.Is(g.Cause(), driver.ErrSessionLost) {
+			t.Fatalf("Cause = %v", g.Cause())
+		}
+		if time.Since(cut) > testSession+time.Second {
+			t.Fatalf("lost only %v after the cut (session timeout %v)", time.Since(cut), testSession)
+		}
+	case <-time.After(3 * testSession):
+		t.Fatal("Lost not closed while cut off from every server")
 	}
 }

@@ -44,7 +44,11 @@
 // timeout, to any server of the ensemble and the session and its nodes live
 // on. When the session expires, the Lost channel of every grant made in it
 // closes with a cause wrapping driver.ErrSessionLost; go-zookeeper then
-// establishes a new session, which serves later locks. A node deleted by
+// establishes a new session, which serves later locks. The driver also gives
+// a session up on its own once no request has been answered for a whole
+// session timeout, counted from the request's send time (it probes an idle
+// session every third of the timeout): by then the server has expired it,
+// even if no server can be reached to say so. A node deleted by
 // someone else is found by the next Renew (driver.ErrNotHeld).
 //
 // Re-entrance is per driver: the same owner taking the same name again on the

@@ -27,8 +27,9 @@ type Client struct {
 	closed bool
 	leases map[*Lease]struct{}
 	// lostWatch holds one goroutine per distinct driver loss channel
-	// (usually one per session), not one per lease.
-	lostWatch map[<-chan struct{}]map[*Lease]struct{}
+	// (usually one per session), not one per lease; it stops when its last
+	// lease ends.
+	lostWatch map[<-chan struct{}]*lostWatcher
 
 	renew    *renewer
 	closing  chan struct{}
@@ -121,7 +122,7 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 		opts:      o,
 		log:       o.Logger,
 		leases:    map[*Lease]struct{}{},
-		lostWatch: map[<-chan struct{}]map[*Lease]struct{}{},
+		lostWatch: map[<-chan struct{}]*lostWatcher{},
 		closing:   make(chan struct{}),
 	}
 	c.closeCtx, c.stopCtx = context.WithCancel(context.Background())
@@ -244,6 +245,12 @@ func (c *Client) isClosed() bool {
 	return c.closed
 }
 
+// lostWatcher ends the leases bound to one driver loss channel.
+type lostWatcher struct {
+	leases map[*Lease]struct{}
+	stop   chan struct{} // closed when no lease needs watching any more
+}
+
 // register adds a lease to the client's books; false if the client closed.
 func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
 	c.mu.Lock()
@@ -253,14 +260,14 @@ func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
 	}
 	c.leases[l] = struct{}{}
 	if lost != nil {
-		set, ok := c.lostWatch[lost]
+		w, ok := c.lostWatch[lost]
 		if !ok {
-			set = map[*Lease]struct{}{}
-			c.lostWatch[lost] = set
+			w = &lostWatcher{leases: map[*Lease]struct{}{}, stop: make(chan struct{})}
+			c.lostWatch[lost] = w
 			c.wg.Add(1)
-			go c.watchLost(lost)
+			go c.watchLost(lost, w)
 		}
-		set[l] = struct{}{}
+		w.leases[l] = struct{}{}
 	}
 	return true
 }
@@ -269,29 +276,36 @@ func (c *Client) unregister(l *Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.leases, l)
-	if l.lost != nil {
-		delete(c.lostWatch[l.lost], l)
+	if l.lost == nil {
+		return
+	}
+	if w, ok := c.lostWatch[l.lost]; ok {
+		delete(w.leases, l)
+		if len(w.leases) == 0 {
+			delete(c.lostWatch, l.lost)
+			close(w.stop)
+		}
 	}
 }
 
 // watchLost ends every lease bound to a driver loss channel when it closes.
-func (c *Client) watchLost(lost <-chan struct{}) {
+func (c *Client) watchLost(lost <-chan struct{}, w *lostWatcher) {
 	defer c.wg.Done()
 	select {
 	case <-lost:
+	case <-w.stop:
+		return
 	case <-c.closing:
 		return
 	}
 	c.mu.Lock()
-	set := c.lostWatch[lost]
-	delete(c.lostWatch, lost)
-	ls := make([]*Lease, 0, len(set))
-	for l := range set {
+	ls := make([]*Lease, 0, len(w.leases))
+	for l := range w.leases {
 		ls = append(ls, l)
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
-		cause := driver.ErrSessionLost
+		cause := error(driver.ErrSessionLost)
 		if l.cause != nil {
 			if err := l.cause(); err != nil {
 				cause = err

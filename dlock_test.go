@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/memlock"
 )
 
@@ -382,5 +384,38 @@ func TestGrantPastValidityIsRefused(t *testing.T) {
 	d.LoseReplies(nil)
 	if owner, _ := d.Backend().Holder("slow-reply"); owner != "" {
 		t.Fatalf("the stale grant was left held by %q", owner)
+	}
+}
+
+// lossDriver hands out a fresh loss channel per grant, as drivers with a
+// pinned connection per lock do.
+type lossDriver struct{ *memlock.Driver }
+
+func (d lossDriver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := d.Driver.TryAcquire(ctx, req)
+	g.Lost = make(chan struct{})
+	return g, err
+}
+
+// Released leases stop their loss watchers: no goroutine per past grant.
+func TestLossWatchersEndWithTheirLeases(t *testing.T) {
+	c := dlock.New(lossDriver{memlock.NewBackend().NewDriver()}, nil)
+	defer c.Close()
+	before := runtime.NumGoroutine()
+	for i := 0; i < 200; i++ {
+		l, err := c.NewMutex("w", nil).TryLock(context.Background())
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+5 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after 200 grants, %d before: loss watchers leak", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a count, with a deadline
 	}
 }

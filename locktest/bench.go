@@ -27,7 +27,8 @@ import (
 //     raw round trip). The release time is the midpoint of the Unlock round
 //     trip, the best estimate of when the server freed the lock.
 //   - ManyLocks: independent locks in parallel.
-//   - Renew/leases=10000: 10,000 held leases on one client renewing;
+//   - Renew/leases=N: N held leases (Config.RenewLeases, default 10,000) on
+//     one client renewing;
 //     metrics renew-calls/tick and bytes/lease.
 func RunBenchmarks(b *testing.B, newHarness NewHarness) {
 	ctx := context.Background()
@@ -47,7 +48,11 @@ func RunBenchmarks(b *testing.B, newHarness NewHarness) {
 	}
 	b.Run("ManyLocks", s.benchManyLocks)
 	var rs *renewState
-	b.Run("Renew/leases=10000", func(b *testing.B) { s.benchRenew(b, 10000, &rs) })
+	n := cfg.RenewLeases
+	if n <= 0 {
+		n = 10000
+	}
+	b.Run(fmt.Sprintf("Renew/leases=%d", n), func(b *testing.B) { s.benchRenew(b, n, &rs) })
 	if rs != nil {
 		_ = rs.c.Close()
 	}

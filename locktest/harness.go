@@ -59,6 +59,10 @@ type Config struct {
 	// Clients is how many separate drivers the multi-client tests use.
 	// Default 3.
 	Clients int
+	// RenewLeases is how many leases the Renew benchmark holds at once.
+	// Default 10,000; backends that pin a connection per lease set it to
+	// what their pool allows.
+	RenewLeases int
 }
 
 // NewHarness starts or connects to a backend for one top-level test.

@@ -128,7 +128,9 @@ func (h *harness) Config() locktest.Config {
 	}
 	// wait_timeout has whole-second resolution: the TTL the suite waits
 	// out must be at least that.
-	return locktest.Config{TTL: time.Second, SessionBound: true}
+	// One pinned connection per held lock: the Renew benchmark holds what
+	// the pool (32 connections from a URL) allows, leaving room for waiters.
+	return locktest.Config{TTL: time.Second, SessionBound: true, RenewLeases: 16}
 }
 
 func (h *harness) Close() { _ = h.admin.Close() }

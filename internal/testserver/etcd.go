@@ -39,6 +39,10 @@ func Etcd(t testing.TB, members int) *Cluster {
 // Members use a 100ms heartbeat and a 1s election timeout (etcd's defaults),
 // so a killed leader is replaced within about two seconds.
 func StartEtcd(members int) (*Cluster, error) {
+	return retryPorts(func() (*Cluster, error) { return startEtcd(members) })
+}
+
+func startEtcd(members int) (*Cluster, error) {
 	if members < 1 {
 		return nil, fmt.Errorf("testserver: StartEtcd: members = %d, want at least 1", members)
 	}

@@ -54,6 +54,10 @@ func MariaDBWith(t testing.TB, o *SQLOptions) *Server {
 // (the kernel still has it), which is what a crash-restart test of a process
 // needs.
 func StartMariaDB(o *SQLOptions) (*Server, error) {
+	return retryPorts(func() (*Server, error) { return startMariaDB(o) })
+}
+
+func startMariaDB(o *SQLOptions) (*Server, error) {
 	if o == nil {
 		o = &SQLOptions{}
 	}

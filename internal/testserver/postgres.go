@@ -62,6 +62,10 @@ func PostgresWith(t testing.TB, o *SQLOptions) *Server {
 // killed server keeps its committed data: what a crash-restart test of a
 // process needs.
 func StartPostgres(o *SQLOptions) (*Server, error) {
+	return retryPorts(func() (*Server, error) { return startPostgres(o) })
+}
+
+func startPostgres(o *SQLOptions) (*Server, error) {
 	if o == nil {
 		o = &SQLOptions{}
 	}

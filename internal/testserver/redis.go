@@ -93,6 +93,10 @@ func RedisN(t testing.TB, n int, o *RedisOptions) []*Server {
 // StartRedis starts a redis-server and waits until it answers PING. The
 // caller must Stop it. It does not look at DLOCK_TEST_REDIS_URL.
 func StartRedis(o *RedisOptions) (*Server, error) {
+	return retryPorts(func() (*Server, error) { return startRedis(o) })
+}
+
+func startRedis(o *RedisOptions) (*Server, error) {
 	if o == nil {
 		o = &RedisOptions{}
 	}

@@ -3,6 +3,7 @@ package testserver_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -176,5 +177,29 @@ func TestRedisNoFaketime(t *testing.T) {
 	s := testserver.Redis(t, nil)
 	if err := s.SetClockOffset(time.Second); !errors.Is(err, testserver.ErrNoFaketime) {
 		t.Fatalf("SetClockOffset without Faketime: err = %v, want ErrNoFaketime", err)
+	}
+}
+
+// TestRestartWaitsForPort: another process holds the port when Restart runs
+// (an outgoing connection can get it as its local port); Restart waits for it
+// to come free and starts on the same port.
+func TestRestartWaitsForPort(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := testserver.Redis(t, nil)
+	if err := s.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := time.AfterFunc(500*time.Millisecond, func() { l.Close() })
+	defer released.Stop()
+	if err := s.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := redisClient(t, s).Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after a restart that had to wait for its port: %v", err)
 	}
 }

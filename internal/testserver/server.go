@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -184,7 +185,29 @@ func (s *Server) Restart(wipe bool) error {
 			}
 		}
 	}
-	return s.startLocked()
+	return s.restartLocked()
+}
+
+// restartLocked starts the server on its old port. Another process may have
+// taken the port meanwhile (any outgoing connection can get it as its local
+// port); then it waits for the port to come free and tries again.
+func (s *Server) restartLocked() error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := s.startLocked()
+		if err == nil || !errors.Is(err, errPortInUse) || time.Now().After(deadline) {
+			return err
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		_ = poll(ctx, nil, func(context.Context) error {
+			l, err := net.Listen("tcp", s.addr)
+			if err != nil {
+				return err
+			}
+			return l.Close()
+		})
+		cancel()
+	}
 }
 
 // Pause stops the server and every process it started with SIGSTOP:
@@ -272,6 +295,7 @@ func (s *Server) startLocked() error {
 	if err != nil {
 		return fmt.Errorf("testserver: start %s: %w", s.kind, err)
 	}
+	logStart, _ := logf.Seek(0, io.SeekEnd)
 	fmt.Fprintf(logf, "\n==== testserver: starting %s at %s ====\n", s.kind, time.Now().Format(time.RFC3339Nano))
 	cmd := s.command()
 	cmd.Stdout = logf
@@ -307,6 +331,9 @@ func (s *Server) startLocked() error {
 	defer cancel()
 	if err := s.waitReady(ctx, p); err != nil {
 		_ = s.killLocked()
+		if s.portClash(logStart) {
+			err = fmt.Errorf("%w (%v)", errPortInUse, err)
+		}
 		return fmt.Errorf("testserver: start %s on %s: %w\n%s", s.kind, s.addr, err, s.logTail())
 	}
 	if s.after != nil {
@@ -316,6 +343,37 @@ func (s *Server) startLocked() error {
 		}
 	}
 	return nil
+}
+
+// errPortInUse marks a start that failed because the port was taken.
+var errPortInUse = errors.New("port already in use")
+
+// portClash reports whether the log written since offset says the server
+// could not bind its port.
+func (s *Server) portClash(offset int64) bool {
+	f, err := os.Open(s.logPath)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return false
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+	l := strings.ToLower(string(b))
+	return strings.Contains(l, "address already in use") || strings.Contains(l, "address in use")
+}
+
+// retryPorts runs a first start up to three times while it fails because a
+// port that was free a moment ago got taken (by another test binary, or by an
+// outgoing connection's local port); each try picks new ports.
+func retryPorts[T any](start func() (T, error)) (T, error) {
+	for i := 0; ; i++ {
+		v, err := start()
+		if err == nil || !errors.Is(err, errPortInUse) || i == 2 {
+			return v, err
+		}
+	}
 }
 
 // waitReady polls s.ready until it succeeds, the process exits, or ctx ends.

@@ -70,6 +70,10 @@ func StartZooKeeper(nodes int) (*Cluster, error) { return StartZooKeeperWith(nod
 // server off, all four-letter words allowed, and no fsync (the data lives in
 // a temporary directory, usually on tmpfs).
 func StartZooKeeperWith(nodes int, o *ZooKeeperOptions) (*Cluster, error) {
+	return retryPorts(func() (*Cluster, error) { return startZooKeeper(nodes, o) })
+}
+
+func startZooKeeper(nodes int, o *ZooKeeperOptions) (*Cluster, error) {
 	if nodes < 1 {
 		return nil, fmt.Errorf("testserver: StartZooKeeper: nodes = %d, want at least 1", nodes)
 	}

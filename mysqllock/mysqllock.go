@@ -146,11 +146,11 @@ const maxURLConns = 32
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	opts, dsn, err := ParseURL(u)
 	if err != nil {
-		return nil, sqlcommon.Redact(err, u)
+		return nil, dlock.BadURL("%v", sqlcommon.Redact(err, u))
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, sqlcommon.Redact(fmt.Errorf("mysqllock: %w", err), u)
+		return nil, dlock.BadURL("%v", sqlcommon.Redact(fmt.Errorf("mysqllock: %w", err), u))
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -165,7 +165,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	d, err := newDriver(db, true, opts)
 	if err != nil {
 		_ = db.Close()
-		return nil, err
+		return nil, dlock.BadURL("%v", err) // options from the URL
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		_ = db.Close()

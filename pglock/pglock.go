@@ -159,11 +159,11 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	opts, rest, err := parseURL(u)
 	if err != nil {
-		return nil, err
+		return nil, dlock.BadURL("%v", sqlcommon.Redact(err, u))
 	}
 	cfg, err := pgxpool.ParseConfig(rest.String())
 	if err != nil {
-		return nil, sqlcommon.Redact(fmt.Errorf("pglock: %w", err), u)
+		return nil, dlock.BadURL("%v", sqlcommon.Redact(fmt.Errorf("pglock: %w", err), u))
 	}
 	if !rest.Query().Has("pool_max_conns") {
 		// Session modes pin one connection per held lock.
@@ -176,7 +176,7 @@ func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	d, err := newDriver(pool, true, opts)
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, dlock.BadURL("%v", err) // options from the URL
 	}
 	if err := d.ensureSchema(ctx); err != nil {
 		pool.Close()

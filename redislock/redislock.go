@@ -273,7 +273,7 @@ var ourParams = []string{"key_prefix"}
 func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	opt, o, err := parseURL(u)
 	if err != nil {
-		return nil, err
+		return nil, dlock.BadURL("%v", err)
 	}
 	client := redis.NewClient(opt)
 	d, err := New(client, o)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 )
 
@@ -23,7 +24,7 @@ import (
 func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	opts, o, err := parseURL(u)
 	if err != nil {
-		return nil, err
+		return nil, dlock.BadURL("%v", err)
 	}
 	clients := make([]redis.UniversalClient, len(opts))
 	for i, opt := range opts {

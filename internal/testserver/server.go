@@ -309,11 +309,7 @@ func (s *Server) startLocked() error {
 	if s.faketime != "" {
 		cmd.Env = append(cmd.Env, faketimeEnv(s.faketime, s.preload...)...)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL, // a test binary killed by its timeout takes its servers along
-		Credential: s.cred,
-	}
+	cmd.SysProcAttr = sysProcAttr(s.cred)
 	err = cmd.Start()
 	logf.Close() // the child has its own copy
 	if err != nil {
@@ -682,7 +678,7 @@ func (s *Server) run(cmd *exec.Cmd) error {
 	if cmd.Dir == "" {
 		cmd.Dir = s.dir
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: s.cred}
+	cmd.SysProcAttr = sysProcAttr(s.cred)
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s: %w\n%s", filepath.Base(cmd.Path), err, s.logTail())
 	}

@@ -505,26 +505,33 @@ func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx, guard string) (ti
 			return sent, fmt.Errorf("etcdlock: queue key %q was deleted while waiting: %w", h.key, driver.ErrSessionLost)
 		}
 		prev := resp.Responses[1].GetResponseRange().Kvs
-		next := ""
+		g := resp.Responses[2].GetResponseRange().Kvs
+		var next *mvccpb.KeyValue
 		switch {
 		case len(prev) > 0:
-			next = string(prev[0].Key)
-		case blocked(resp.Responses[2].GetResponseRange().Kvs, h.key):
-			next = guard // an earlier holder was lost: wait out its lock-delay
+			next = prev[0]
+		case blocked(g, h.key):
+			next = g[0] // an earlier holder was lost: wait out its lock-delay
 		default:
 			return sent, nil
 		}
-		if err := d.waitDelete(ctx, h.sess, next, resp.Header.Revision+1); err != nil {
+		if err := d.waitDelete(ctx, h.sess, string(next.Key), next.CreateRevision); err != nil {
 			return sent, err
 		}
 	}
 }
 
-// waitDelete watches key from revision rev until it is deleted.
-func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, rev int64) error {
+// waitDelete waits until the key created at revision createRev is gone.
+//
+// The watch starts at the current revision rather than at the revision of
+// the caller's last read: etcd serves a watch that starts in the past from a
+// background loop that catches up every 100ms, which would add up to 100ms to
+// every hand-off on a busy lock. Once the watch exists, one read makes sure
+// the key was not deleted before it.
+func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, createRev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := d.cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+	wch := d.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	for {
 		select {
 		case wr, ok := <-wch:
@@ -542,6 +549,16 @@ func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, rev 
 					return nil // look again
 				}
 				return fmt.Errorf("etcdlock: watch %q: %w", key, err)
+			}
+			if wr.Created {
+				resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
+				if err != nil {
+					return wrapCtx(ctx, "etcdlock: wait", err)
+				}
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+					return nil
+				}
+				continue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {

@@ -48,13 +48,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func goleakOptions() []goleak.Option {
-	return []goleak.Option{
-		// grpc-go's resolver and balancer goroutines finish shortly after
-		// ClientConn.Close returns; goleak.Find retries until they do.
-		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-	}
-}
+// goleakOptions: none. grpc-go's resolver and balancer goroutines finish
+// shortly after ClientConn.Close returns; goleak.Find retries until they do.
+func goleakOptions() []goleak.Option { return nil }
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()

@@ -35,11 +35,11 @@
 // from the start of the acquire call: a little less than the lease TTL for
 // an immediate grant, more after a long wait in the queue. When the lease
 // ends (the server no longer knows it, or no keepalive was confirmed for a
-// whole TTL),
-// the Lost channel of every grant on it closes with a cause wrapping
-// driver.ErrSessionLost, and a waiter whose lease ends while waiting returns
-// an error at once rather than waiting on a key that no longer exists (etcd
-// issue 19597). Later locks get a new lease.
+// whole TTL), the Lost channel of every grant on it closes with a cause
+// wrapping driver.ErrSessionLost, and a waiter whose lease ends while waiting
+// returns an error at once rather than waiting on a key that no longer exists
+// (etcd issue 19597). Later locks get a new lease. Choose a TTL well above
+// the cluster's election time, or a leader change ends the lease.
 //
 // Release deletes the key only if its create revision still equals the
 // grant's token, so a retried or stale release can never delete a newer
@@ -59,9 +59,9 @@
 //
 // Mutual exclusion holds as far as etcd's linearizable reads and writes do:
 // every decision is made on a quorum-committed revision. A holder cut off from
-// the cluster keeps believing it holds the lock until its lease deadline
-// passes locally; the dlock package's validity deadline and the fencing token
-// cover that window.
+// the cluster gives its lease up one TTL after the send time of its last
+// confirmed keepalive, no later than the server expires it; a holder paused
+// past that point is stopped only by the fencing token.
 package etcdlock
 
 import (

@@ -81,7 +81,8 @@ type report struct {
 	backends []string
 	allow    *regexp.Regexp // by-design skips CI accepts; nil accepts none
 
-	buf                     map[key][]string // output per running test
+	buf                     map[key][]string            // output per running test
+	pkgOut                  map[string]*strings.Builder // report lines per running package
 	passed, failed, skipped int
 	failedPkgs              map[string]bool
 	pkgFailedTests          map[string]int
@@ -91,6 +92,7 @@ type report struct {
 
 func (r *report) run(in io.Reader) int {
 	r.buf = map[key][]string{}
+	r.pkgOut = map[string]*strings.Builder{}
 	r.failedPkgs = map[string]bool{}
 	r.pkgFailedTests = map[string]int{}
 	sc := bufio.NewScanner(in)
@@ -115,11 +117,35 @@ func (r *report) run(in io.Reader) int {
 	return r.finish()
 }
 
+// printf writes a report line for pkg. Packages run in parallel and their
+// events interleave, so lines are held per package and printed together when
+// the package ends, as go test prints them.
+func (r *report) printf(pkg, format string, args ...any) {
+	if r.verbose || pkg == "" {
+		fmt.Fprintf(r.out, format, args...)
+		return
+	}
+	b := r.pkgOut[pkg]
+	if b == nil {
+		b = &strings.Builder{}
+		r.pkgOut[pkg] = b
+	}
+	fmt.Fprintf(b, format, args...)
+}
+
+// endPackage prints what was held for pkg.
+func (r *report) endPackage(pkg string) {
+	if b := r.pkgOut[pkg]; b != nil {
+		fmt.Fprint(r.out, b.String())
+		delete(r.pkgOut, pkg)
+	}
+}
+
 func (r *report) handle(e event) {
 	k := key{e.Package, e.Test}
 	switch e.Action {
 	case "build-output":
-		fmt.Fprint(r.out, e.Output)
+		r.printf(e.Package, "%s", e.Output)
 	case "build-fail":
 		r.failedPkgs[e.Package] = true
 	case "output":
@@ -135,19 +161,21 @@ func (r *report) handle(e event) {
 		if t := strings.TrimSpace(e.Output); t == "PASS" || strings.HasPrefix(t, "=== ") {
 			return
 		}
-		fmt.Fprint(r.out, e.Output)
+		r.printf(e.Package, "%s", e.Output)
 	case "pass":
 		if e.Test == "" {
+			r.endPackage(e.Package)
 			return
 		}
 		r.passed++
 		if !r.verbose && !strings.Contains(e.Test, "/") {
-			fmt.Fprintf(r.out, "--- PASS: %s (%.2fs)\n", e.Test, e.Elapsed)
+			r.printf(e.Package, "--- PASS: %s (%.2fs)\n", e.Test, e.Elapsed)
 		}
 		delete(r.buf, k)
 	case "fail":
 		if e.Test == "" {
 			r.failedPkgs[e.Package] = true
+			r.endPackage(e.Package)
 			return
 		}
 		r.failed++
@@ -159,6 +187,7 @@ func (r *report) handle(e event) {
 			if r.ci && r.isBackend(e.Package) {
 				r.ciSkips = append(r.ciSkips, e.Package+": no test files")
 			}
+			r.endPackage(e.Package)
 			return
 		}
 		r.skipped++
@@ -176,12 +205,21 @@ func (r *report) flush(k key) {
 		if strings.HasPrefix(t, "=== RUN") || strings.HasPrefix(t, "=== PAUSE") || strings.HasPrefix(t, "=== CONT") || strings.HasPrefix(t, "=== NAME") {
 			continue
 		}
-		fmt.Fprint(r.out, l)
+		r.printf(k.pkg, "%s", l)
 	}
 	delete(r.buf, k)
 }
 
 func (r *report) finish() int {
+	// Packages that never ended (go test was killed): print what they had.
+	var open []string
+	for p := range r.pkgOut {
+		open = append(open, p)
+	}
+	sort.Strings(open)
+	for _, p := range open {
+		r.endPackage(p)
+	}
 	code := 0
 	if r.events == 0 {
 		fmt.Fprintln(r.out, "testreport: no test events on input (did go test run with -json?)")

@@ -60,6 +60,27 @@ const byDesignSkip = `{"Action":"run","Package":"example.com/m/etcdlock","Test":
 {"Action":"skip","Package":"example.com/m/etcdlock","Test":"TestFailover","Elapsed":0}
 `
 
+// Two packages' events interleave, as go test -json streams them.
+const interleaved = `{"Action":"run","Package":"example.com/m/a","Test":"TestA"}
+{"Action":"run","Package":"example.com/m/b","Test":"TestB"}
+{"Action":"output","Package":"example.com/m/b","Test":"TestB","Output":"    b_test.go:1: b failed\n"}
+{"Action":"output","Package":"example.com/m/a","Test":"TestA","Output":"    a_test.go:1: a failed\n"}
+{"Action":"fail","Package":"example.com/m/b","Test":"TestB","Elapsed":0}
+{"Action":"fail","Package":"example.com/m/a","Test":"TestA","Elapsed":0}
+{"Action":"output","Package":"example.com/m/a","Output":"FAIL\texample.com/m/a\t0.1s\n"}
+{"Action":"fail","Package":"example.com/m/a","Elapsed":0.1}
+{"Action":"output","Package":"example.com/m/b","Output":"FAIL\texample.com/m/b\t0.1s\n"}
+{"Action":"fail","Package":"example.com/m/b","Elapsed":0.1}
+`
+
+func TestReportKeepsPackagesTogether(t *testing.T) {
+	_, out := runReport(t, interleaved, false)
+	want := "    a_test.go:1: a failed\nFAIL\texample.com/m/a\t0.1s\n    b_test.go:1: b failed\nFAIL\texample.com/m/b\t0.1s\n"
+	if !strings.HasPrefix(out, want) {
+		t.Fatalf("output:\n%s\nwant it to start with:\n%s", out, want)
+	}
+}
+
 func runReport(t *testing.T, input string, ci bool) (int, string) {
 	t.Helper()
 	var sb strings.Builder

@@ -135,8 +135,13 @@ func startPostgres(o *SQLOptions) (*Server, error) {
 			"-c", "logging_collector=off",
 			"-c", "log_min_messages=warning",
 			"-c", "max_wal_size=256MB",
+			// Dynamic shared memory as files in the data directory, which
+			// goes away with it; the default (POSIX shm in /dev/shm)
+			// outlives a killed server.
+			"-c", "dynamic_shared_memory_type=mmap",
 		)
 	}
+	s.cleanup = func() { removePostgresShm(s.dataDir) }
 	admin := "postgres://dlock@" + s.addr + "/postgres?sslmode=disable&connect_timeout=5"
 	s.ready = func(ctx context.Context) error {
 		c, err := pgx.Connect(ctx, admin)
@@ -211,4 +216,29 @@ func unprivileged(name string) (*syscall.Credential, error) {
 		return nil, fmt.Errorf("testserver: user %q has a non-numeric uid or gid", u.Username)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+// removePostgresShm removes the System V shared memory segment named in a
+// dead server's postmaster.pid. A server that exits cleanly removes it
+// itself; a killed one leaves it behind until a restart on the same data
+// directory reuses it, so Stop and a wiped Restart remove it.
+func removePostgresShm(dataDir string) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return
+	}
+	f := strings.Fields(lines[6]) // "key shmid"
+	if len(f) != 2 {
+		return
+	}
+	id, err := strconv.Atoi(f[1])
+	if err != nil || id < 0 {
+		return
+	}
+	const ipcRmid = 0
+	_, _, _ = syscall.Syscall(syscall.SYS_SHMCTL, uintptr(id), ipcRmid, 0)
 }

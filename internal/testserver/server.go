@@ -70,6 +70,7 @@ type Server struct {
 	command  func() *exec.Cmd                // builds the server command line
 	ready    func(ctx context.Context) error // one real request; nil error means it answers
 	after    func(ctx context.Context) error // optional, run once it answers (create databases)
+	cleanup  func()                          // optional, frees what a dead server left outside dir (before a wipe, at Stop)
 	stopSig  syscall.Signal                  // polite stop signal (default SIGTERM)
 	stopWait time.Duration                   // grace before SIGKILL (default defaultStopGrace)
 	cred     *syscall.Credential             // run as this user when set
@@ -173,6 +174,9 @@ func (s *Server) Restart(wipe bool) error {
 		return err
 	}
 	if wipe {
+		if s.cleanup != nil {
+			s.cleanup()
+		}
 		if err := os.RemoveAll(s.dataDir); err != nil {
 			return fmt.Errorf("testserver: Restart %s: wipe: %w", s.kind, err)
 		}
@@ -282,6 +286,9 @@ func (s *Server) Stop() {
 		pids := signalTree(p.pgid, syscall.SIGKILL)
 		<-p.done
 		_ = waitGone(pids, 5*time.Second)
+	}
+	if s.cleanup != nil {
+		s.cleanup()
 	}
 	if s.dir != "" && os.Getenv("DLOCK_TEST_KEEP") != "1" {
 		_ = os.RemoveAll(s.dir)

@@ -111,6 +111,9 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		}
 		return nil, c.wrap(op, m.name, ctx, err)
 	}
+	if !g.Sent.IsZero() && g.Sent.After(sent) {
+		sent = g.Sent
+	}
 	l := newLease(c, m, r, g, sent, ctx)
 	if l.ValidFor() == 0 {
 		// The grant arrived after its own validity deadline (a very slow

@@ -114,9 +114,16 @@ type Grant struct {
 	// Count is the hold count after this acquire: 1 for a new grant, more
 	// when the owner re-entered.
 	Count int
-	// TTL is the lease time the backend actually granted, measured from when
-	// the request was sent. Zero means the requested TTL.
+	// TTL is the lease time the backend actually granted, measured from
+	// Sent. Zero means the requested TTL.
 	TTL time.Duration
+	// Sent, if not zero, is when the request that last confirmed this
+	// grant's lease was sent, read from time.Now (so with its monotonic
+	// reading). Queuer drivers whose grant follows a long wait set it to the
+	// send time of the keepalive or check that last proved their session
+	// alive; the dlock package then measures the lease's validity from it.
+	// Zero means when TryAcquire or Acquire was called.
+	Sent time.Time
 	// Handle is driver-private state for this grant (a key, a node path, a
 	// pinned connection). The dlock package hands it back unchanged in
 	// Lease.Handle for Release and Renew, and never looks inside.

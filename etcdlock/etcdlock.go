@@ -323,8 +323,8 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 }
 
 func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
-	// The grant's TTL is reported from start, the moment the dlock package
-	// measures from, to when the lease was last known to be refreshed.
+	// start is when this call began; grants report their validity from the
+	// last refresh of the lease (Grant.Sent), which may be later.
 	start := time.Now()
 	hk := holdKey{req.Name, req.Owner}
 	for {
@@ -388,17 +388,18 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 				return driver.Grant{}, err
 			}
 		}
-		return d.grant(hd, n, start, sent), nil
+		return d.grant(hd, n, sent), nil
 	}
 }
 
-// grant describes h. The lease was refreshed after sent, so it lasts at
-// least its TTL from then; Grant.TTL counts from start.
-func (d *Driver) grant(h *handle, count int, start, sent time.Time) driver.Grant {
+// grant describes h. The lease was refreshed by a request sent at sent, so
+// it lasts at least its TTL from then.
+func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 	return driver.Grant{
 		Token:  uint64(h.rev),
 		Count:  count,
-		TTL:    h.sess.ttl + sent.Sub(start),
+		TTL:    h.sess.ttl,
+		Sent:   sent,
 		Handle: h,
 		Lost:   h.sess.done,
 		Cause:  h.sess.cause,
@@ -478,7 +479,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 			return driver.Grant{}, err
 		}
 	}
-	return d.grant(h, 1, start, sent), nil
+	return d.grant(h, 1, sent), nil
 }
 
 // waitTurn waits until no key older than h's remains under pfx and no

@@ -550,16 +550,17 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 				return driver.Grant{}, err
 			}
 		}
-		return d.grant(hd, n, start, sent), nil
+		return d.grant(hd, n, sent), nil
 	}
 }
 
 // grant describes h, confirmed by a request sent at sent.
-func (d *Driver) grant(h *handle, count int, start, sent time.Time) driver.Grant {
+func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 	return driver.Grant{
 		Token:  uint64(h.czxid),
 		Count:  count,
-		TTL:    d.ttl + sent.Sub(start),
+		TTL:    d.ttl,
+		Sent:   sent,
 		Handle: h,
 		Lost:   h.sess.done,
 		Cause:  h.sess.cause,
@@ -826,7 +827,7 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 				continue // guard gone: look again
 			}
 			if left < 0 {
-				return d.grant(&handle{path: path, czxid: stat.Czxid, sess: sess}, 1, start, sent), nil
+				return d.grant(&handle{path: path, czxid: stat.Czxid, sess: sess}, 1, sent), nil
 			}
 			if !wait {
 				return driver.Grant{}, &driver.LockedError{RetryAfter: left}
@@ -852,7 +853,7 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 					return driver.Grant{}, err
 				}
 			}
-			return d.grant(h, 1, start, sent), nil
+			return d.grant(h, 1, sent), nil
 		case !wait:
 			return driver.Grant{}, &driver.LockedError{}
 		}

@@ -48,7 +48,7 @@ func init() {
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	cfg, opts, err := parseURL(u)
 	if err != nil {
-		return nil, err
+		return nil, dlock.BadURL("%v", err)
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {

@@ -35,7 +35,7 @@ func init() {
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	servers, opts, auth, connectTimeout, err := parseURL(u)
 	if err != nil {
-		return nil, err
+		return nil, dlock.BadURL("%v", err)
 	}
 	conn, events, err := zk.Connect(servers, opts.SessionTimeout, zk.WithLogger(nopLogger{}), zk.WithLogInfo(false))
 	if err != nil {

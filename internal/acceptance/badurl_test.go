@@ -21,6 +21,10 @@ func TestDriversReportBadURLsAsInvalid(t *testing.T) {
 		"postgres://u:s3cr3tpw@127.0.0.1:1/db?mode=bogus",
 		"mysql://u:s3cr3tpw@127.0.0.1:1/db?mode=bogus",
 		"sqlite://" + dir + "/x.db?bogus=1",
+		"etcd://u:s3cr3tpw@127.0.0.1:1?session_ttl=forever",
+		"etcd://u:s3cr3tpw@?",
+		"zk://u:s3cr3tpw@127.0.0.1:1/root?acl=bogus",
+		"zk://u:s3cr3tpw@127.0.0.1:1/root?session_timeout=-1s",
 	} {
 		c, err := dlock.Open(context.Background(), u)
 		if err == nil {

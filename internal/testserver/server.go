@@ -253,7 +253,8 @@ func (s *Server) SetClockOffset(d time.Duration) error {
 // shutdown), kills it if it has not exited within a second (PostgreSQL: five),
 // and removes its temporary directory (kept when DLOCK_TEST_KEEP=1, for
 // reading its server.log). Stop is idempotent; it does nothing for external
-// servers. Other methods fail after Stop.
+// servers. After Stop, Restart, Pause, Resume and SetClockOffset fail and Kill
+// does nothing.
 func (s *Server) Stop() {
 	if s.external {
 		return

@@ -250,7 +250,7 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 					l, err := m.Lock(ctx)
 					cancel()
 					if err != nil {
-						fail(fmt.Errorf("Lock: %w", err))
+						fail(fmt.Errorf("lock: %w", err))
 						return
 					}
 					if n := inside.Add(1); n != 1 {
@@ -261,7 +261,7 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 					mu.Unlock()
 					inside.Add(-1)
 					if err := l.Unlock(context.Background()); err != nil {
-						fail(fmt.Errorf("Unlock: %w", err))
+						fail(fmt.Errorf("unlock: %w", err))
 						return
 					}
 				}

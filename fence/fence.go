@@ -62,20 +62,7 @@ type Checker struct {
 // accepted for that resource so far, and records it. It returns a
 // *StaleError (wrapping ErrStale) otherwise. Token 0 is never valid.
 func (c *Checker) Check(resource string, token uint64) error {
-	if token == 0 {
-		return &StaleError{Resource: resource, Token: 0, Highest: c.Highest(resource)}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.highest == nil {
-		c.highest = map[string]uint64{}
-	}
-	h := c.highest[resource]
-	if token < h {
-		return &StaleError{Resource: resource, Token: token, Highest: h}
-	}
-	c.highest[resource] = token
-	return nil
+	return c.Do(resource, token, func() error { return nil })
 }
 
 // Do runs write only if token is accepted for resource, holding the
@@ -84,16 +71,13 @@ func (c *Checker) Check(resource string, token uint64) error {
 // is returned as is; a refused token returns a *StaleError without calling
 // write.
 func (c *Checker) Do(resource string, token uint64, write func() error) error {
-	if token == 0 {
-		return &StaleError{Resource: resource, Token: 0, Highest: c.Highest(resource)}
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.highest == nil {
 		c.highest = map[string]uint64{}
 	}
 	h := c.highest[resource]
-	if token < h {
+	if token == 0 || token < h {
 		return &StaleError{Resource: resource, Token: token, Highest: h}
 	}
 	c.highest[resource] = token

@@ -66,10 +66,11 @@ func (c *Checker) Check(resource string, token uint64) error {
 }
 
 // Do runs write only if token is accepted for resource, holding the
-// resource's check for the duration of write so that a newer token cannot be
-// accepted (and its write begun) until this write has finished. write's error
-// is returned as is; a refused token returns a *StaleError without calling
-// write.
+// Checker's lock while write runs, so that a newer token cannot be accepted
+// (and its write begun) until this write has finished. Writes through one
+// Checker are therefore serialised across all resources; use one Checker per
+// resource where that matters. write's error is returned as is; a refused
+// token returns a *StaleError without calling write.
 func (c *Checker) Do(resource string, token uint64, write func() error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

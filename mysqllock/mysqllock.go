@@ -93,11 +93,7 @@ type Driver struct {
 	schemaMu sync.Mutex
 	schemaOK bool
 
-	mu        sync.Mutex
-	holds     map[string]*hold
-	closed    bool
-	killed    bool
-	abandoned []*sql.Conn
+	sess *sqlcommon.Sessions[pinned] // session modes: held locks; closed state
 }
 
 var _ interface {
@@ -136,7 +132,7 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 		return nil, fmt.Errorf("mysqllock: %w", err)
 	}
 	q := newQueries(o.Table)
-	return &Driver{db: db, ownDB: own, mode: o.Mode, table: o.Table, q: q, holds: map[string]*hold{},
+	return &Driver{db: db, ownDB: own, mode: o.Mode, table: o.Table, q: q, sess: sqlcommon.NewSessions[pinned]("mysqllock"),
 		acquireStmt: newPrepared(q.leaseAcquire), releaseStmt: newPrepared(q.leaseRelease)}, nil
 }
 
@@ -222,17 +218,7 @@ func ParseURL(u *url.URL) (*Options, string, error) {
 // Mode reports the driver's mode.
 func (d *Driver) Mode() Mode { return d.mode }
 
-func (d *Driver) check() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case d.killed:
-		return sqlcommon.ErrKilled
-	case d.closed:
-		return errors.New("mysqllock: driver is closed")
-	}
-	return nil
-}
+func (d *Driver) check() error { return d.sess.Check() }
 
 func (d *Driver) ensureSchema(ctx context.Context) error {
 	d.schemaMu.Lock()
@@ -307,21 +293,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 // URL, closes it. Leases in ModeLease are left to expire. Close is
 // idempotent.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	for _, c := range d.abandoned {
-		discard(c)
-	}
-	d.abandoned = nil
-	if d.closed {
-		d.mu.Unlock()
+	holds, first := d.sess.Close()
+	if !first {
 		return nil
 	}
-	d.closed = true
-	holds := d.takeHolds()
-	d.mu.Unlock()
-	for _, h := range holds {
-		h.destroy(errors.New("mysqllock: driver closed"))
-	}
+	d.sess.EndAll(holds)
 	d.acquireStmt.close()
 	d.releaseStmt.close()
 	if d.ownDB {
@@ -335,31 +311,8 @@ func (d *Driver) Close() error {
 // their locks when wait_timeout ends the sessions) and later calls fail.
 // Close closes the abandoned connections.
 func (d *Driver) kill() {
-	d.mu.Lock()
-	d.killed = true
-	d.closed = true
-	holds := d.takeHolds()
-	d.mu.Unlock()
-	for _, h := range holds {
-		h.mu.Lock()
-		if h.conn != nil {
-			d.mu.Lock()
-			d.abandoned = append(d.abandoned, h.conn)
-			d.mu.Unlock()
-			h.conn = nil
-		}
-		h.mu.Unlock()
-	}
+	d.sess.Kill()
 	if d.ownDB {
 		_ = d.db.Close()
 	}
-}
-
-func (d *Driver) takeHolds() []*hold {
-	hs := make([]*hold, 0, len(d.holds))
-	for _, h := range d.holds {
-		hs = append(hs, h)
-	}
-	d.holds = map[string]*hold{}
-	return hs
 }

@@ -480,7 +480,7 @@ func TestWaiterConnections(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			if n := len(dw.(*Driver).holds); n != 0 {
+			if n := dw.(*Driver).sess.Len(); n != 0 {
 				t.Fatalf("waiters pinned %d connections", n)
 			}
 			t.Logf("mode %s: 100 waiters on one driver: connections open at peak %d, in use at peak %d, in use on average after the first 0.5s %.1f, pinned 0",

@@ -93,12 +93,7 @@ type Driver struct {
 	schemaOK bool
 	pgVer    int
 
-	mu     sync.Mutex
-	holds  map[string]*hold // session modes: held locks by name
-	closed bool
-	killed bool
-	// abandoned holds the pinned connections of a killed driver.
-	abandoned []*pgx.Conn
+	sess *sqlcommon.Sessions[*pinned] // session modes: held locks; closed state
 
 	ln *listener
 }
@@ -148,7 +143,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 		mode:    o.Mode,
 		table:   o.Table,
 		channel: strings.ToLower(o.Table) + "_release",
-		holds:   map[string]*hold{},
+		sess:    sqlcommon.NewSessions[*pinned]("pglock"),
 	}
 	d.q = newQueries(o.Table)
 	d.ln = newListener(d)
@@ -206,17 +201,7 @@ func parseURL(u *url.URL) (*Options, *url.URL, error) {
 // Mode reports the driver's mode.
 func (d *Driver) Mode() Mode { return d.mode }
 
-func (d *Driver) check() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case d.killed:
-		return sqlcommon.ErrKilled
-	case d.closed:
-		return errors.New("pglock: driver is closed")
-	}
-	return nil
-}
+func (d *Driver) check() error { return d.sess.Check() }
 
 // ensureSchema creates the lock table(s) once.
 func (d *Driver) ensureSchema(ctx context.Context) error {
@@ -305,22 +290,12 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 // pool itself from a URL, closes the pool. Leases in ModeLease are left to
 // expire. Close is idempotent.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	for _, pc := range d.abandoned {
-		_ = pc.PgConn().Conn().Close()
-	}
-	d.abandoned = nil
-	if d.closed {
-		d.mu.Unlock()
+	holds, first := d.sess.Close()
+	if !first {
 		return nil
 	}
-	d.closed = true
-	holds := d.takeHolds()
-	d.mu.Unlock()
 	d.ln.close()
-	for _, h := range holds {
-		h.destroy(errors.New("pglock: driver closed"))
-	}
+	d.sess.EndAll(holds)
 	if d.ownPool {
 		d.pool.Close()
 	}
@@ -332,35 +307,11 @@ func (d *Driver) Close() error {
 // their locks only when its idle timeout ends the sessions), background
 // work stops, and later calls fail. Close closes the abandoned sockets.
 func (d *Driver) kill() {
-	d.mu.Lock()
-	d.killed = true
-	d.closed = true
-	holds := d.takeHolds()
-	d.mu.Unlock()
+	d.sess.Kill()
 	d.ln.close()
-	for _, h := range holds {
-		h.mu.Lock()
-		if h.conn != nil {
-			pc := h.conn.Hijack()
-			h.conn = nil
-			d.mu.Lock()
-			d.abandoned = append(d.abandoned, pc)
-			d.mu.Unlock()
-		}
-		h.mu.Unlock()
-	}
 	if d.ownPool {
 		d.pool.Close()
 	}
-}
-
-func (d *Driver) takeHolds() []*hold {
-	hs := make([]*hold, 0, len(d.holds))
-	for _, h := range d.holds {
-		hs = append(hs, h)
-	}
-	d.holds = map[string]*hold{}
-	return hs
 }
 
 func micros(d time.Duration) int64 { return sqlcommon.Micros(d) }

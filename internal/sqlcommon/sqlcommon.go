@@ -1,6 +1,7 @@
-// Package sqlcommon holds the small pieces pglock and mysqllock share:
-// table-name validation, credential redaction and the error shapes a
-// session-bound grant reports when its connection dies.
+// Package sqlcommon holds what pglock and mysqllock share: table-name
+// validation, credential redaction, the error shapes a session-bound grant
+// reports when its connection dies, and the bookkeeping of session-bound
+// locks (Sessions) over a driver's own pinned-connection type.
 package sqlcommon
 
 import (

@@ -33,6 +33,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock/dlock/internal/queuelock"
 )
 
 // guardKey is the lock-delay guard of name. Names hold no control
@@ -135,7 +137,7 @@ func (d *Driver) refresh(ctx context.Context, s *session) error {
 	if resp.TTL <= 0 {
 		return rpctypes.ErrLeaseNotFound
 	}
-	s.refresh(sent)
+	s.Refresh(sent)
 	return nil
 }
 
@@ -153,7 +155,7 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, name string, delay tim
 		Then(clientv3.OpPut(d.guardKey(name), h.key, clientv3.WithLease(id))).
 		Commit()
 	if err != nil {
-		return wrapCtx(ctx, "etcdlock: write lock-delay guard", err)
+		return queuelock.WrapCtx(ctx, "etcdlock: write lock-delay guard", err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("etcdlock: key %q vanished before its lock-delay guard was written", h.key)

@@ -80,6 +80,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/queuelock"
 )
 
 // DefaultSessionTTL is the TTL of a driver's etcd lease when
@@ -115,17 +116,13 @@ type Driver struct {
 	prefix     string
 	ttlSeconds int64
 
-	ctx     context.Context // cancelled by Close
-	cancel  context.CancelFunc
-	gmu     sync.Mutex // guards stopped and wg.Add
-	stopped bool
-	wg      sync.WaitGroup
+	bg  *queuelock.Group
+	ctx context.Context // bg's: cancelled by Close
 
 	smu  sync.Mutex // serialises lease grants
 	sess *session   // the current lease, nil until first use or after loss
 
-	mu    sync.Mutex
-	holds map[holdKey]*hold
+	holds queuelock.Holds[*handle] // re-entrance by (name, owner)
 }
 
 var (
@@ -133,52 +130,16 @@ var (
 	_ driver.Queuer = (*Driver)(nil)
 )
 
-// session is one etcd lease. done closes when the lease is gone.
+// session is one etcd lease. Its Session records the send time of the last
+// confirmed grant or keepalive, and ends when the lease is gone.
 type session struct {
-	id   clientv3.LeaseID
-	ttl  time.Duration
-	done chan struct{}
-	err  error // set before done closes
+	*queuelock.Session
+	id  clientv3.LeaseID
+	ttl time.Duration
 
-	mu        sync.Mutex
-	refreshed time.Time                  // send time of the last confirmed grant or keepalive
-	delays    map[int64]clientv3.LeaseID // lock-delay leases by TTL in seconds (see delay.go)
-	dmu       sync.Mutex                 // serialises grants of delay leases
-}
-
-// refresh records that a keepalive sent at sent was confirmed.
-func (s *session) refresh(sent time.Time) {
-	s.mu.Lock()
-	if sent.After(s.refreshed) {
-		s.refreshed = sent
-	}
-	s.mu.Unlock()
-}
-
-func (s *session) refreshedAt() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.refreshed
-}
-
-func (s *session) lost() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *session) cause() error { return s.err }
-
-type holdKey struct{ name, owner string }
-
-// hold is the driver's local record of one (name, owner) grant.
-type hold struct {
-	h       *handle
-	count   int
-	pending chan struct{} // non-nil while an acquire is in flight; closed when it ends
+	mu     sync.Mutex                 // guards delays
+	delays map[int64]clientv3.LeaseID // lock-delay leases by TTL in seconds (see delay.go)
+	dmu    sync.Mutex                 // serialises grants of delay leases
 }
 
 // handle is the Grant.Handle of this driver.
@@ -211,15 +172,14 @@ func newDriver(cli *clientv3.Client, owns bool, opts *Options) (*Driver, error) 
 		o.SessionTTL = DefaultSessionTTL
 	}
 	secs := int64((o.SessionTTL + time.Second - 1) / time.Second)
-	ctx, cancel := context.WithCancel(context.Background())
+	bg := queuelock.NewGroup()
 	return &Driver{
 		cli:        cli,
 		ownsClient: owns,
 		prefix:     o.Prefix,
 		ttlSeconds: secs,
-		ctx:        ctx,
-		cancel:     cancel,
-		holds:      map[holdKey]*hold{},
+		bg:         bg,
+		ctx:        bg.Context(),
 	}, nil
 }
 
@@ -246,7 +206,7 @@ func (d *Driver) keyFor(name, owner string, id clientv3.LeaseID) string {
 func (d *Driver) session(ctx context.Context) (*session, error) {
 	d.smu.Lock()
 	defer d.smu.Unlock()
-	if d.sess != nil && !d.sess.lost() {
+	if d.sess != nil && !d.sess.Lost() {
 		return d.sess, nil
 	}
 	if err := d.ctx.Err(); err != nil {
@@ -257,9 +217,9 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: grant lease: %w", err)
 	}
-	s := &session{id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, done: make(chan struct{}), refreshed: sent}
+	s := &session{Session: queuelock.NewSession(sent), id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second}
 	d.sess = s
-	if !d.spawn(func() { d.keepAlive(s) }) {
+	if !d.bg.Go(func() { d.keepAlive(s) }) {
 		return nil, errors.New("etcdlock: driver is closed")
 	}
 	return s, nil
@@ -277,8 +237,7 @@ func (d *Driver) keepAlive(s *session) {
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	end := func(format string, args ...any) {
-		s.err = fmt.Errorf("etcdlock: lease %x: %s: %w", int64(s.id), fmt.Sprintf(format, args...), driver.ErrSessionLost)
-		close(s.done)
+		s.End(fmt.Errorf("etcdlock: lease %x: %s: %w", int64(s.id), fmt.Sprintf(format, args...), driver.ErrSessionLost))
 	}
 	for {
 		select {
@@ -287,7 +246,7 @@ func (d *Driver) keepAlive(s *session) {
 			return
 		case <-timer.C:
 		}
-		left := time.Until(s.refreshedAt().Add(s.ttl))
+		left := time.Until(s.RefreshedAt().Add(s.ttl))
 		if left <= 0 {
 			end("no keepalive confirmed within its TTL %v", s.ttl)
 			return
@@ -326,70 +285,15 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 	// start is when this call began; grants report their validity from the
 	// last refresh of the lease (Grant.Sent), which may be later.
 	start := time.Now()
-	hk := holdKey{req.Name, req.Owner}
-	for {
-		d.mu.Lock()
-		h := d.holds[hk]
-		if h == nil {
-			h = &hold{pending: make(chan struct{})}
-			d.holds[hk] = h
-			d.mu.Unlock()
-			g, err := d.enqueue(ctx, req, wait, start)
-			d.mu.Lock()
-			if err != nil {
-				delete(d.holds, hk)
-			} else {
-				h.h, h.count = g.Handle.(*handle), 1
-			}
-			close(h.pending)
-			h.pending = nil
-			d.mu.Unlock()
-			return g, err
-		}
-		if p := h.pending; p != nil {
-			// The same owner is acquiring the same name already: wait for
-			// that attempt, then re-enter or start afresh.
-			d.mu.Unlock()
-			if !wait {
-				return driver.Grant{}, &driver.LockedError{}
-			}
-			select {
-			case <-p:
-				continue
-			case <-ctx.Done():
-				return driver.Grant{}, fmt.Errorf("etcdlock: acquire: %w", ctx.Err())
-			}
-		}
-		hd := h.h
-		d.mu.Unlock()
-		// Re-entrance: make sure the key is still ours before counting.
-		ok, sent, err := d.stillHeld(ctx, hd)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		d.mu.Lock()
-		if d.holds[hk] != h || h.pending != nil || h.h != hd {
-			d.mu.Unlock()
-			continue // released or replaced meanwhile
-		}
-		if !ok {
-			delete(d.holds, hk) // lost: the old lease will see ErrNotHeld
-			d.mu.Unlock()
-			continue
-		}
-		h.count++
-		n := h.count
-		d.mu.Unlock()
-		if req.LockDelay > 0 {
-			if err := d.setGuard(ctx, hd, req.Name, req.LockDelay); err != nil {
-				d.mu.Lock()
-				h.count--
-				d.mu.Unlock()
-				return driver.Grant{}, err
-			}
-		}
-		return d.grant(hd, n, sent), nil
+	ops := queuelock.Ops[*handle]{
+		Enqueue: func() (driver.Grant, error) { return d.enqueue(ctx, req, wait, start) },
+		Check:   func(hd *handle) (bool, time.Time, error) { return d.stillHeld(ctx, hd) },
+		Grant:   d.grant,
 	}
+	if req.LockDelay > 0 {
+		ops.Reenter = func(hd *handle) error { return d.setGuard(ctx, hd, req.Name, req.LockDelay) }
+	}
+	return d.holds.Acquire(ctx, req.Name, req.Owner, wait, "etcdlock: acquire", ops)
 }
 
 // grant describes h. The lease was refreshed by a request sent at sent, so
@@ -401,20 +305,20 @@ func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 		TTL:    h.sess.ttl,
 		Sent:   sent,
 		Handle: h,
-		Lost:   h.sess.done,
-		Cause:  h.sess.cause,
+		Lost:   h.sess.Done(),
+		Cause:  h.sess.Cause,
 	}
 }
 
 // stillHeld reports whether h's key exists with h's create revision, and
 // when the lease was last known to be refreshed (see txnAlive).
 func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, time.Time, error) {
-	if h.sess.lost() {
+	if h.sess.Lost() {
 		return false, time.Time{}, nil
 	}
 	resp, sent, err := d.txnAlive(ctx, h.sess, d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)))
 	if err != nil {
-		if h.sess.lost() {
+		if h.sess.Lost() {
 			return false, sent, nil
 		}
 		return false, sent, fmt.Errorf("etcdlock: check key: %w", err)
@@ -427,7 +331,7 @@ func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, time.Time, err
 // from then.
 func (d *Driver) txnAlive(ctx context.Context, sess *session, txn clientv3.Txn) (*clientv3.TxnResponse, time.Time, error) {
 	resp, err := txn.Commit()
-	return resp, sess.refreshedAt(), err
+	return resp, sess.RefreshedAt(), err
 }
 
 // enqueue puts the request's key and, when wait is set, waits for its turn.
@@ -446,7 +350,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	if err != nil {
 		// The put may have happened: remove whatever is there.
 		d.discard(key, 0)
-		return driver.Grant{}, wrapCtx(ctx, "etcdlock: enqueue", err)
+		return driver.Grant{}, queuelock.WrapCtx(ctx, "etcdlock: enqueue", err)
 	}
 	var rev int64
 	if resp.Succeeded {
@@ -493,15 +397,15 @@ func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx, guard string) (ti
 			clientv3.OpGet(guard),
 		))
 		if err != nil {
-			if h.sess.lost() {
-				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.cause())
+			if h.sess.Lost() {
+				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.Cause())
 			}
-			return sent, wrapCtx(ctx, "etcdlock: wait", err)
+			return sent, queuelock.WrapCtx(ctx, "etcdlock: wait", err)
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != h.rev {
-			if h.sess.lost() {
-				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.cause())
+			if h.sess.Lost() {
+				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.Cause())
 			}
 			return sent, fmt.Errorf("etcdlock: queue key %q was deleted while waiting: %w", h.key, driver.ErrSessionLost)
 		}
@@ -554,7 +458,7 @@ func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, crea
 			if wr.Created {
 				resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
 				if err != nil {
-					return wrapCtx(ctx, "etcdlock: wait", err)
+					return queuelock.WrapCtx(ctx, "etcdlock: wait", err)
 				}
 				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
 					return nil
@@ -566,8 +470,8 @@ func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, crea
 					return nil
 				}
 			}
-		case <-sess.done:
-			return fmt.Errorf("etcdlock: while waiting: %w", sess.cause())
+		case <-sess.Done():
+			return fmt.Errorf("etcdlock: while waiting: %w", sess.Cause())
 		case <-ctx.Done():
 			return fmt.Errorf("etcdlock: wait: %w", ctx.Err())
 		case <-d.ctx.Done():
@@ -585,7 +489,7 @@ func (d *Driver) discard(key string, rev int64) {
 		return
 	}
 	sess := d.currentSession()
-	d.spawn(func() {
+	d.bg.Go(func() {
 		delay := 50 * time.Millisecond
 		for {
 			select {
@@ -593,7 +497,7 @@ func (d *Driver) discard(key string, rev int64) {
 				return
 			case <-time.After(delay):
 			}
-			if sess != nil && sess.lost() {
+			if sess != nil && sess.Lost() {
 				return // the key went with the lease
 			}
 			if d.tryDiscard(key, rev) == nil {
@@ -602,22 +506,6 @@ func (d *Driver) discard(key string, rev int64) {
 			delay = min(2*delay, 2*time.Second)
 		}
 	})
-}
-
-// spawn runs f on a goroutine that stop waits for, unless the driver has
-// stopped.
-func (d *Driver) spawn(f func()) bool {
-	d.gmu.Lock()
-	defer d.gmu.Unlock()
-	if d.stopped {
-		return false
-	}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		f()
-	}()
-	return true
 }
 
 func (d *Driver) currentSession() *session {
@@ -648,14 +536,7 @@ func (d *Driver) tryDiscard(key string, rev int64) error {
 
 // inUse reports whether a local hold or a pending acquire may own key.
 func (d *Driver) inUse(key string, rev int64) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, h := range d.holds {
-		if h.pending != nil || (h.h != nil && h.h.key == key && h.h.rev == rev) {
-			return true
-		}
-	}
-	return false
+	return d.holds.Busy(func(h *handle) bool { return h.key == key && h.rev == rev })
 }
 
 // Release implements driver.Driver. The last release deletes the key in a
@@ -666,27 +547,12 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if !ok || hd == nil {
 		return 0, fmt.Errorf("etcdlock: release: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
 	}
-	hk := holdKey{l.Name, l.Owner}
-	d.mu.Lock()
-	h := d.holds[hk]
-	if h != nil && h.pending == nil && h.h == hd && h.count > 1 {
-		h.count--
-		n := h.count
-		d.mu.Unlock()
-		ok, _, err := d.stillHeld(ctx, hd)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			d.forget(hk, hd)
-			return 0, fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld)
-		}
-		return n, nil
+	n, nested, err := d.holds.Release(l.Name, l.Owner, hd,
+		func(hd *handle) (bool, time.Time, error) { return d.stillHeld(ctx, hd) },
+		func() error { return fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld) })
+	if nested || err != nil {
+		return n, err
 	}
-	if h != nil && h.pending == nil && h.h == hd {
-		delete(d.holds, hk)
-	}
-	d.mu.Unlock()
 	// While the key is ours no other holder can have written the guard, so
 	// the guard (if any) is ours too.
 	ops := []clientv3.Op{clientv3.OpDelete(hd.key)}
@@ -698,20 +564,12 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		Then(ops...).
 		Commit()
 	if err != nil {
-		return 0, wrapCtx(ctx, "etcdlock: release", err)
+		return 0, queuelock.WrapCtx(ctx, "etcdlock: release", err)
 	}
 	if !resp.Succeeded {
 		return 0, fmt.Errorf("etcdlock: key %q with revision %d is gone: %w", hd.key, hd.rev, driver.ErrNotHeld)
 	}
 	return 0, nil
-}
-
-func (d *Driver) forget(hk holdKey, hd *handle) {
-	d.mu.Lock()
-	if h := d.holds[hk]; h != nil && h.h == hd {
-		delete(d.holds, hk)
-	}
-	d.mu.Unlock()
 }
 
 // Renew implements driver.Driver. The lease is kept alive by the driver's
@@ -730,8 +588,8 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 			continue
 		}
 		hds[i] = hd
-		if hd.sess.lost() {
-			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, hd.sess.cause())
+		if hd.sess.Lost() {
+			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, hd.sess.Cause())
 			continue
 		}
 		sessions[hd.sess] = nil
@@ -796,7 +654,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 		}
 	}
 	if failed == len(ls) {
-		return nil, wrapCtx(ctx, "etcdlock: renew", firstErr)
+		return nil, queuelock.WrapCtx(ctx, "etcdlock: renew", firstErr)
 	}
 	return errs, nil
 }
@@ -829,18 +687,4 @@ func (d *Driver) Close() error {
 }
 
 // stop ends the driver's background work without revoking anything.
-func (d *Driver) stop() {
-	d.gmu.Lock()
-	d.stopped = true
-	d.cancel()
-	d.gmu.Unlock()
-	d.wg.Wait()
-}
-
-// wrapCtx returns an error wrapping ctx.Err() when ctx is done, else err.
-func wrapCtx(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%s: %w (%v)", what, cerr, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
-}
+func (d *Driver) stop() { d.bg.Stop() }

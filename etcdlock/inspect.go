@@ -58,16 +58,11 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 			q.info.Owner, q.info.Token = string(kv.Value), uint64(kv.CreateRevision)
 		}
 	}
-	d.mu.Lock()
 	out := make([]driver.LockInfo, 0, len(queues))
 	for _, q := range queues {
-		q.info.Count = 1
-		if h := d.holds[holdKey{q.info.Name, q.info.Owner}]; h != nil && h.h != nil && h.h.key == q.key {
-			q.info.Count = h.count
-		}
+		q.info.Count = d.holds.Count(q.info.Name, q.info.Owner, func(h *handle) bool { return h.key == q.key })
 		out = append(out, q.info)
 	}
-	d.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/dlock/dlock/internal/queuelock"
 )
 
 // guardName is the lock-delay guard node in a lock's node. Names with a
@@ -49,7 +51,7 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 		_, err = do(ctx, func() (*zk.Stat, error) { return d.conn.Set(parent+"/"+guardName, []byte(data), -1) })
 	}
 	if err != nil {
-		return wrapCtx(ctx, "zklock: create lock-delay guard", err)
+		return queuelock.WrapCtx(ctx, "zklock: create lock-delay guard", err)
 	}
 	h.guarded.Store(true)
 	return nil

@@ -105,11 +105,7 @@ func (d *Driver) inspectQueue(ctx context.Context, rel, path string, q []string)
 		}
 		name := unescapeName(rel)
 		info := driver.LockInfo{Name: name, Owner: string(n.data), Token: uint64(n.st.Czxid), Count: 1, ExpiresIn: -1, Waiters: len(q) - 1}
-		d.mu.Lock()
-		if h := d.holds[holdKey{name, info.Owner}]; h != nil && h.h != nil && h.h.path == path+"/"+head {
-			info.Count = h.count
-		}
-		d.mu.Unlock()
+		info.Count = d.holds.Count(name, info.Owner, func(h *handle) bool { return h.path == path+"/"+head })
 		return info, true, nil
 	}
 	return driver.LockInfo{}, false, nil

@@ -87,6 +87,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/queuelock"
 )
 
 // DefaultRoot is the node under which lock nodes live when Options.Root is
@@ -136,18 +137,14 @@ type Driver struct {
 	ttl      time.Duration
 	acl      []zk.ACL
 
-	ctx      context.Context // cancelled by Close
-	cancel   context.CancelFunc
-	gmu      sync.Mutex // guards stopped and wg.Add
-	stopped  bool
-	wg       sync.WaitGroup // session watchers and background deletes
-	discards atomic.Int64   // background deletes still running
+	bg       *queuelock.Group // session watchers and background deletes
+	ctx      context.Context  // bg's: cancelled by Close
+	discards atomic.Int64     // background deletes still running
 
 	smu  sync.Mutex
 	sess *session
 
-	mu    sync.Mutex
-	holds map[holdKey]*hold
+	holds queuelock.Holds[*handle] // re-entrance by (name, owner)
 }
 
 var (
@@ -155,50 +152,14 @@ var (
 	_ driver.Queuer = (*Driver)(nil)
 )
 
-// session is one ZooKeeper session as this driver saw it; done closes when
-// the driver learns that it expired (or the connection was closed).
+// session is one ZooKeeper session as this driver saw it. Its Session
+// records the send time of the last request the server answered (the server
+// heard from the session then, so it lives at least a session timeout
+// longer) and ends when the driver learns that it expired (or the connection
+// was closed).
 type session struct {
-	id   int64
-	done chan struct{}
-	err  error // set before done closes
-
-	mu        sync.Mutex
-	refreshed time.Time // send time of the last request the server answered
-}
-
-// refresh records that a request sent at sent was answered: the server
-// heard from the session then, so it lives at least a session timeout longer.
-func (s *session) refresh(sent time.Time) {
-	s.mu.Lock()
-	if sent.After(s.refreshed) {
-		s.refreshed = sent
-	}
-	s.mu.Unlock()
-}
-
-func (s *session) refreshedAt() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.refreshed
-}
-
-func (s *session) lost() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (s *session) cause() error { return s.err }
-
-type holdKey struct{ name, owner string }
-
-type hold struct {
-	h       *handle
-	count   int
-	pending chan struct{} // non-nil while an acquire is in flight
+	*queuelock.Session
+	id int64
 }
 
 // handle is the Grant.Handle of this driver.
@@ -238,16 +199,15 @@ func newDriver(conn *zk.Conn, owns bool, opts *Options) (*Driver, error) {
 	if o.ACL == nil {
 		o.ACL = zk.WorldACL(zk.PermAll)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	bg := queuelock.NewGroup()
 	return &Driver{
 		conn:     conn,
 		ownsConn: owns,
 		root:     o.Root,
 		ttl:      o.SessionTimeout,
 		acl:      o.ACL,
-		ctx:      ctx,
-		cancel:   cancel,
-		holds:    map[holdKey]*hold{},
+		bg:       bg,
+		ctx:      bg.Context(),
 	}, nil
 }
 
@@ -374,7 +334,7 @@ func do[T any](ctx context.Context, f func() (T, error)) (T, error) {
 func (d *Driver) session(ctx context.Context) (*session, error) {
 	d.smu.Lock()
 	defer d.smu.Unlock()
-	if s := d.sess; s != nil && !s.lost() && s.id == d.conn.SessionID() {
+	if s := d.sess; s != nil && !s.Lost() && s.id == d.conn.SessionID() {
 		return s, nil
 	}
 	if d.ctx.Err() != nil {
@@ -395,9 +355,9 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zklock: %w", err)
 	}
-	s := &session{id: r.id, done: make(chan struct{}), refreshed: sent}
+	s := &session{Session: queuelock.NewSession(sent), id: r.id}
 	d.sess = s
-	ok := d.spawn(func() {
+	ok := d.bg.Go(func() {
 		// Besides the watch, the session is given up when no request has
 		// been answered for a whole session timeout, counted from its send
 		// time: by then the server has expired it, even if go-zookeeper
@@ -410,12 +370,11 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 		for {
 			select {
 			case <-timer.C:
-				since := time.Since(s.refreshedAt())
+				since := time.Since(s.RefreshedAt())
 				// Wake at the deadline itself, or in a step.
 				timer.Reset(max(min(step, d.ttl-since), time.Millisecond))
 				if since >= d.ttl {
-					s.err = fmt.Errorf("zklock: session %#x: no reply from ZooKeeper within the session timeout %v: %w", s.id, d.ttl, driver.ErrSessionLost)
-					close(s.done)
+					s.End(fmt.Errorf("zklock: session %#x: no reply from ZooKeeper within the session timeout %v: %w", s.id, d.ttl, driver.ErrSessionLost))
 					return
 				}
 				if since >= d.ttl/3 && probing.CompareAndSwap(false, true) {
@@ -423,7 +382,7 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 						defer probing.Store(false)
 						sent := time.Now()
 						if _, err := do(d.ctx, func() (bool, error) { ok, _, err := d.conn.Exists("/"); return ok, err }); err == nil && d.conn.SessionID() == s.id {
-							s.refresh(sent)
+							s.Refresh(sent)
 						}
 					}()
 				}
@@ -437,12 +396,10 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 					}
 					ev.Err = err
 				}
-				s.err = fmt.Errorf("zklock: session %#x: %v: %w", s.id, ev.Err, driver.ErrSessionLost)
-				close(s.done)
+				s.End(fmt.Errorf("zklock: session %#x: %v: %w", s.id, ev.Err, driver.ErrSessionLost))
 				return
 			case <-d.ctx.Done():
-				s.err = fmt.Errorf("zklock: session %#x: driver closed: %w", s.id, driver.ErrSessionLost)
-				close(s.done)
+				s.End(fmt.Errorf("zklock: session %#x: driver closed: %w", s.id, driver.ErrSessionLost))
 				return
 			}
 		}
@@ -451,22 +408,6 @@ func (d *Driver) session(ctx context.Context) (*session, error) {
 		return nil, errors.New("zklock: driver is closed")
 	}
 	return s, nil
-}
-
-// spawn runs f on a goroutine that kill waits for, unless the driver has
-// stopped.
-func (d *Driver) spawn(f func()) bool {
-	d.gmu.Lock()
-	defer d.gmu.Unlock()
-	if d.stopped {
-		return false
-	}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		f()
-	}()
-	return true
 }
 
 // TryAcquire implements driver.Driver: it creates the request's node and,
@@ -490,67 +431,28 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 	// Grant.TTL counts from start, the moment the dlock package measures
 	// from.
 	start := time.Now()
-	hk := holdKey{req.Name, req.Owner}
-	for {
-		d.mu.Lock()
-		h := d.holds[hk]
-		if h == nil {
-			h = &hold{pending: make(chan struct{})}
-			d.holds[hk] = h
-			d.mu.Unlock()
-			g, err := d.enqueue(ctx, req, wait, start)
-			d.mu.Lock()
-			if err != nil {
-				delete(d.holds, hk)
-			} else {
-				h.h, h.count = g.Handle.(*handle), 1
+	ops := queuelock.Ops[*handle]{
+		Enqueue: func() (driver.Grant, error) { return d.enqueue(ctx, req, wait, start) },
+		Check:   d.checker(ctx),
+		Grant:   d.grant,
+	}
+	if req.LockDelay > 0 {
+		ops.Reenter = func(hd *handle) error {
+			if hd.guarded.Load() {
+				return nil
 			}
-			close(h.pending)
-			h.pending = nil
-			d.mu.Unlock()
-			return g, err
+			return d.setGuard(ctx, hd, req.LockDelay)
 		}
-		if p := h.pending; p != nil {
-			d.mu.Unlock()
-			if !wait {
-				return driver.Grant{}, &driver.LockedError{}
-			}
-			select {
-			case <-p:
-				continue
-			case <-ctx.Done():
-				return driver.Grant{}, fmt.Errorf("zklock: acquire: %w", ctx.Err())
-			}
-		}
-		hd := h.h
-		d.mu.Unlock()
+	}
+	return d.holds.Acquire(ctx, req.Name, req.Owner, wait, "zklock: acquire", ops)
+}
+
+// checker is stillHeld on ctx, with the send time of its request.
+func (d *Driver) checker(ctx context.Context) queuelock.Check[*handle] {
+	return func(hd *handle) (bool, time.Time, error) {
 		sent := time.Now()
 		ok, err := d.stillHeld(ctx, hd)
-		if err != nil {
-			return driver.Grant{}, err
-		}
-		d.mu.Lock()
-		if d.holds[hk] != h || h.pending != nil || h.h != hd {
-			d.mu.Unlock()
-			continue
-		}
-		if !ok {
-			delete(d.holds, hk)
-			d.mu.Unlock()
-			continue
-		}
-		h.count++
-		n := h.count
-		d.mu.Unlock()
-		if req.LockDelay > 0 && !hd.guarded.Load() {
-			if err := d.setGuard(ctx, hd, req.LockDelay); err != nil {
-				d.mu.Lock()
-				h.count--
-				d.mu.Unlock()
-				return driver.Grant{}, err
-			}
-		}
-		return d.grant(hd, n, sent), nil
+		return ok, sent, err
 	}
 }
 
@@ -562,13 +464,13 @@ func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 		TTL:    d.ttl,
 		Sent:   sent,
 		Handle: h,
-		Lost:   h.sess.done,
-		Cause:  h.sess.cause,
+		Lost:   h.sess.Done(),
+		Cause:  h.sess.Cause,
 	}
 }
 
 func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, error) {
-	if h.sess.lost() {
+	if h.sess.Lost() {
 		return false, nil
 	}
 	st, err := do(ctx, func() (*zk.Stat, error) {
@@ -609,7 +511,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 			if r.unknown {
 				d.discard(parent, prefix, "", nil)
 			}
-			return driver.Grant{}, wrapCtx(ctx, "zklock: create", r.err)
+			return driver.Grant{}, queuelock.WrapCtx(ctx, "zklock: create", r.err)
 		}
 		path = r.path
 	case <-ctx.Done():
@@ -752,7 +654,7 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			c, _, err := d.conn.Children(parent)
 			return c, err
 		})
-		if connLoss(err) && !sess.lost() && d.ctx.Err() == nil {
+		if connLoss(err) && !sess.Lost() && d.ctx.Err() == nil {
 			// Connection loss only suspends: ask again once reconnected.
 			if err := pause(ctx); err != nil {
 				return driver.Grant{}, err
@@ -760,12 +662,12 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			continue
 		}
 		if err != nil {
-			if sess.lost() {
-				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+			if sess.Lost() {
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
 			}
-			return driver.Grant{}, wrapCtx(ctx, "zklock: list queue", err)
+			return driver.Grant{}, queuelock.WrapCtx(ctx, "zklock: list queue", err)
 		}
-		sess.refresh(sent)
+		sess.Refresh(sent)
 		if stat == nil {
 			var r statRes
 			select {
@@ -774,8 +676,8 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 				return driver.Grant{}, fmt.Errorf("zklock: stat: %w", ctx.Err())
 			}
 			if r.err != nil {
-				if sess.lost() {
-					return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+				if sess.Lost() {
+					return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
 				}
 				if errors.Is(r.err, zk.ErrSessionExpired) {
 					return driver.Grant{}, fmt.Errorf("zklock: stat %s: %v: %w", path, r.err, driver.ErrSessionLost)
@@ -807,21 +709,21 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 		i := slices.Index(q, own)
 		switch {
 		case i < 0:
-			if sess.lost() {
-				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+			if sess.Lost() {
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
 			}
 			return driver.Grant{}, fmt.Errorf("zklock: node %s was deleted while waiting: %w", path, driver.ErrSessionLost)
 		case i == 0 && slices.Contains(children, guardName):
 			// An earlier holder asked for a lock-delay: is it still running?
 			left, err := d.checkGuard(ctx, parent, own)
 			if err != nil {
-				if connLoss(err) && !sess.lost() && d.ctx.Err() == nil {
+				if connLoss(err) && !sess.Lost() && d.ctx.Err() == nil {
 					if err := pause(ctx); err != nil {
 						return driver.Grant{}, err
 					}
 					continue
 				}
-				return driver.Grant{}, wrapCtx(ctx, "zklock: lock-delay guard", err)
+				return driver.Grant{}, queuelock.WrapCtx(ctx, "zklock: lock-delay guard", err)
 			}
 			if left == 0 {
 				continue // guard gone: look again
@@ -836,9 +738,9 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			select {
 			case <-t.C:
 				continue
-			case <-sess.done:
+			case <-sess.Done():
 				t.Stop()
-				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
 			case <-ctx.Done():
 				t.Stop()
 				return driver.Grant{}, fmt.Errorf("zklock: wait: %w", ctx.Err())
@@ -866,25 +768,25 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			ok, _, ch, err := d.conn.ExistsW(pred)
 			return watchRes{ok, ch}, err
 		})
-		if connLoss(err) && !sess.lost() && d.ctx.Err() == nil {
+		if connLoss(err) && !sess.Lost() && d.ctx.Err() == nil {
 			if err := pause(ctx); err != nil {
 				return driver.Grant{}, err
 			}
 			continue
 		}
 		if err != nil {
-			if sess.lost() {
-				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+			if sess.Lost() {
+				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
 			}
-			return driver.Grant{}, wrapCtx(ctx, "zklock: watch predecessor", err)
+			return driver.Grant{}, queuelock.WrapCtx(ctx, "zklock: watch predecessor", err)
 		}
 		if !w.ok {
 			continue
 		}
 		select {
 		case <-w.ch:
-		case <-sess.done:
-			return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.cause())
+		case <-sess.Done():
+			return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
 		case <-ctx.Done():
 			return driver.Grant{}, fmt.Errorf("zklock: wait: %w", ctx.Err())
 		case <-d.ctx.Done():
@@ -911,7 +813,7 @@ func (d *Driver) discard(parent, prefix, path string, pending <-chan createResul
 		}
 	}
 	d.discards.Add(1)
-	ok := d.spawn(func() {
+	ok := d.bg.Go(func() {
 		defer d.discards.Add(-1)
 		if pending != nil {
 			select {
@@ -929,7 +831,7 @@ func (d *Driver) discard(parent, prefix, path string, pending <-chan createResul
 			if d.tryDiscard(parent, prefix, path) == nil {
 				return
 			}
-			if sess != nil && sess.lost() {
+			if sess != nil && sess.Lost() {
 				return // ephemeral nodes went with the session
 			}
 			select {
@@ -973,45 +875,21 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if !ok || hd == nil {
 		return 0, fmt.Errorf("zklock: release: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
 	}
-	hk := holdKey{l.Name, l.Owner}
-	d.mu.Lock()
-	h := d.holds[hk]
-	if h != nil && h.pending == nil && h.h == hd && h.count > 1 {
-		h.count--
-		n := h.count
-		d.mu.Unlock()
-		ok, err := d.stillHeld(ctx, hd)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			d.forget(hk, hd)
-			return 0, fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)
-		}
-		return n, nil
+	n, nested, err := d.holds.Release(l.Name, l.Owner, hd, d.checker(ctx),
+		func() error { return fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld) })
+	if nested || err != nil {
+		return n, err
 	}
-	if h != nil && h.pending == nil && h.h == hd {
-		delete(d.holds, hk)
-	}
-	d.mu.Unlock()
-	_, err := do(ctx, func() (struct{}, error) { return struct{}{}, d.deleteHeld(hd) })
+	_, err = do(ctx, func() (struct{}, error) { return struct{}{}, d.deleteHeld(hd) })
 	switch {
 	case errors.Is(err, zk.ErrNoNode):
 		return 0, fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld)
 	case errors.Is(err, zk.ErrBadVersion):
 		return 0, fmt.Errorf("zklock: node %s was changed by someone else: %w", hd.path, driver.ErrNotHeld)
 	case err != nil:
-		return 0, wrapCtx(ctx, "zklock: release", err)
+		return 0, queuelock.WrapCtx(ctx, "zklock: release", err)
 	}
 	return 0, nil
-}
-
-func (d *Driver) forget(hk holdKey, hd *handle) {
-	d.mu.Lock()
-	if h := d.holds[hk]; h != nil && h.h == hd {
-		delete(d.holds, hk)
-	}
-	d.mu.Unlock()
 }
 
 // renewParallel bounds the requests one Renew has in flight.
@@ -1041,8 +919,8 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 			errs[i] = fmt.Errorf("zklock: renew: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
 			continue
 		}
-		if hd.sess.lost() {
-			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, hd.sess.cause())
+		if hd.sess.Lost() {
+			errs[i] = fmt.Errorf("%w: %w", driver.ErrNotHeld, hd.sess.Cause())
 			continue
 		}
 		hds[i] = hd
@@ -1065,7 +943,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 			return st, err
 		})
 		if err == nil && d.conn.SessionID() == hd.sess.id {
-			hd.sess.refresh(sent)
+			hd.sess.Refresh(sent)
 		}
 		mu.Lock()
 		defer mu.Unlock()
@@ -1111,7 +989,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 				_, err := do(ctx, func() ([]zk.MultiResponse, error) { return d.conn.Multi(ops...) })
 				switch {
 				case err == nil:
-					hds[chunk[0]].sess.refresh(sent)
+					hds[chunk[0]].sess.Refresh(sent)
 					// Every node exists: paths are unique, so they are ours.
 					mu.Lock()
 					for _, i := range chunk {
@@ -1147,7 +1025,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 		}
 	}
 	if len(live) > 0 && unknown == len(ls) {
-		return nil, wrapCtx(ctx, "zklock: renew", firstErr)
+		return nil, queuelock.WrapCtx(ctx, "zklock: renew", firstErr)
 	}
 	return errs, nil
 }
@@ -1170,13 +1048,7 @@ func (d *Driver) Close() error {
 
 // kill stops the driver's goroutines without any cleanup (also the test hook
 // for a crash).
-func (d *Driver) kill() {
-	d.gmu.Lock()
-	d.stopped = true
-	d.cancel()
-	d.gmu.Unlock()
-	d.wg.Wait()
-}
+func (d *Driver) kill() { d.bg.Stop() }
 
 // connLoss reports whether err is a lost or missing connection, after which
 // a request may be repeated.
@@ -1194,11 +1066,4 @@ func pause(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("zklock: wait: %w", ctx.Err())
 	}
-}
-
-func wrapCtx(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%s: %w (%v)", what, cerr, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

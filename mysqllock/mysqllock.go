@@ -254,9 +254,6 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if d.mode == ModeLease {
 		return d.leaseAcquire(ctx, req)
 	}
-	if req.LockDelay > 0 {
-		return driver.Grant{}, sqlcommon.Unsupported(string(d.mode))
-	}
 	return d.sessionAcquire(ctx, req)
 }
 

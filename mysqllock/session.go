@@ -38,36 +38,25 @@ func waitTimeout(ttl time.Duration) string {
 }
 
 func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if g, ok, err := d.sess.Reenter(req); ok {
-		return g, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, pinTimeout)
-	conn, err := d.db.Conn(pctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil && pctx.Err() != nil {
-			return driver.Grant{}, fmt.Errorf("mysqllock: acquire: no free connection within %v (every held lock pins one; see sql.DB.SetMaxOpenConns)", pinTimeout)
+	pin := func(ctx context.Context) (pinned, error) {
+		pctx, cancel := context.WithTimeout(ctx, pinTimeout)
+		conn, err := d.db.Conn(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && pctx.Err() != nil {
+				return pinned{}, fmt.Errorf("mysqllock: acquire: no free connection within %v (every held lock pins one; see sql.DB.SetMaxOpenConns)", pinTimeout)
+			}
+			return pinned{}, fmt.Errorf("mysqllock: acquire: pinning a connection: %w", err)
 		}
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: pinning a connection: %w", err)
+		return pinned{conn}, nil
 	}
-	var (
-		ok    bool
-		token uint64
-	)
-	if d.mode == ModeGetLock {
-		ok, token, err = d.getLock(ctx, conn, req.Name, req.Owner, req.TTL)
-	} else {
-		ok, token, err = d.rowLock(ctx, conn, req.Name, req.Owner, req.TTL)
+	lock := func(ctx context.Context, c pinned) (bool, uint64, error) {
+		if d.mode == ModeGetLock {
+			return d.getLock(ctx, c.Conn, req.Name, req.Owner, req.TTL)
+		}
+		return d.rowLock(ctx, c.Conn, req.Name, req.Owner, req.TTL)
 	}
-	if err != nil {
-		d.abortPin(conn)
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
-	}
-	if !ok {
-		_ = conn.Close()
-		return driver.Grant{}, &driver.LockedError{}
-	}
-	return d.sess.Add(req, token, pinned{conn})
+	return d.sess.Acquire(ctx, req, string(d.mode), pin, lock, func(c pinned) { d.abortPin(c.Conn) })
 }
 
 // abortPin undoes a failed acquire on a pinned connection. The lock may

@@ -247,15 +247,10 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if err := d.ready(ctx); err != nil {
 		return driver.Grant{}, err
 	}
-	switch d.mode {
-	case ModeLease:
+	if d.mode == ModeLease {
 		return d.leaseAcquire(ctx, req)
-	default:
-		if req.LockDelay > 0 {
-			return driver.Grant{}, sqlcommon.Unsupported(string(d.mode))
-		}
-		return d.sessionAcquire(ctx, req)
 	}
+	return d.sessionAcquire(ctx, req)
 }
 
 // Release implements driver.Driver.

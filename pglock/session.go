@@ -54,37 +54,25 @@ func AdvisoryKey(name string) int64 {
 }
 
 func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if g, ok, err := d.sess.Reenter(req); ok {
-		return g, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, pinTimeout)
-	conn, err := d.pool.Acquire(pctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil && pctx.Err() != nil {
-			return driver.Grant{}, fmt.Errorf("pglock: acquire: no free pool connection within %v (every held lock pins one; pool size %d)", pinTimeout, d.pool.Config().MaxConns)
+	pin := func(ctx context.Context) (*pinned, error) {
+		pctx, cancel := context.WithTimeout(ctx, pinTimeout)
+		conn, err := d.pool.Acquire(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && pctx.Err() != nil {
+				return nil, fmt.Errorf("pglock: acquire: no free pool connection within %v (every held lock pins one; pool size %d)", pinTimeout, d.pool.Config().MaxConns)
+			}
+			return nil, fmt.Errorf("pglock: acquire: pinning a connection: %w", err)
 		}
-		return driver.Grant{}, fmt.Errorf("pglock: acquire: pinning a connection: %w", err)
+		return &pinned{Conn: conn, key: AdvisoryKey(req.Name), pid: conn.Conn().PgConn().PID(), timeoutMS: timeoutMS(req.TTL)}, nil
 	}
-	c := &pinned{Conn: conn, key: AdvisoryKey(req.Name), pid: conn.Conn().PgConn().PID(), timeoutMS: timeoutMS(req.TTL)}
-	var (
-		ok    bool
-		token uint64
-	)
-	if d.mode == ModeAdvisory {
-		ok, token, err = d.advisoryLock(ctx, c, req.Name, req.Owner)
-	} else {
-		ok, token, err = d.rowLock(ctx, c, req.Name, req.Owner)
+	lock := func(ctx context.Context, c *pinned) (bool, uint64, error) {
+		if d.mode == ModeAdvisory {
+			return d.advisoryLock(ctx, c, req.Name, req.Owner)
+		}
+		return d.rowLock(ctx, c, req.Name, req.Owner)
 	}
-	if err != nil {
-		d.abortPin(conn)
-		return driver.Grant{}, fmt.Errorf("pglock: acquire: %w", err)
-	}
-	if !ok {
-		conn.Release()
-		return driver.Grant{}, &driver.LockedError{}
-	}
-	return d.sess.Add(req, token, c)
+	return d.sess.Acquire(ctx, req, string(d.mode), pin, lock, func(c *pinned) { d.abortPin(c.Conn) })
 }
 
 // abortPin undoes a failed acquire on a pinned connection. The lock may

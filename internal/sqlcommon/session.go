@@ -118,11 +118,46 @@ func (s *Sessions[C]) Get(name string) *Hold[C] {
 	return s.holds[name]
 }
 
-// Reenter handles an acquire of a name this driver already holds: another
-// owner gets a LockedError carrying the held token, the same owner a grant
-// with the count raised by one. ok is false when the driver holds nothing
-// live under req.Name and must ask the server.
-func (s *Sessions[C]) Reenter(req driver.AcquireRequest) (g driver.Grant, ok bool, err error) {
+// Acquire takes req in a session mode named mode. A name this driver
+// already holds never reaches the server: another owner gets a LockedError
+// carrying the held token, the same owner a grant with the count raised by
+// one. Otherwise pin gets a connection from the pool (its error is returned
+// as it is), lock asks the server for the lock on it and returns the fencing
+// token, and the connection stays pinned while the lock is held. If lock
+// fails, abort gets the connection back to a known state or closes it; if
+// the server refuses, the connection goes back to the pool and the result
+// is a LockedError. Lock-delay is not supported: a session lock ends with
+// its connection.
+func (s *Sessions[C]) Acquire(ctx context.Context, req driver.AcquireRequest, mode string,
+	pin func(context.Context) (C, error),
+	lock func(context.Context, C) (ok bool, token uint64, err error),
+	abort func(C)) (driver.Grant, error) {
+	if req.LockDelay > 0 {
+		return driver.Grant{}, Unsupported(mode)
+	}
+	if g, ok, err := s.reenter(req); ok {
+		return g, err
+	}
+	conn, err := pin(ctx)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	ok, token, err := lock(ctx, conn)
+	if err != nil {
+		abort(conn)
+		return driver.Grant{}, fmt.Errorf("%s: acquire: %w", s.prefix, err)
+	}
+	if !ok {
+		conn.Release()
+		return driver.Grant{}, &driver.LockedError{}
+	}
+	return s.add(req, token, conn)
+}
+
+// reenter handles an acquire of a name this driver already holds. ok is
+// false when the driver holds nothing live under req.Name and must ask the
+// server.
+func (s *Sessions[C]) reenter(req driver.AcquireRequest) (g driver.Grant, ok bool, err error) {
 	h := s.Get(req.Name)
 	if h == nil {
 		return driver.Grant{}, false, nil
@@ -145,10 +180,10 @@ func (s *Sessions[C]) Reenter(req driver.AcquireRequest) (g driver.Grant, ok boo
 	return driver.Grant{}, false, nil
 }
 
-// Add lists a lock the server has just granted on conn with the fencing
+// add lists a lock the server has just granted on conn with the fencing
 // token and returns its first grant. If the driver was closed meanwhile,
-// conn is discarded and Add fails.
-func (s *Sessions[C]) Add(req driver.AcquireRequest, token uint64, conn C) (driver.Grant, error) {
+// conn is discarded and add fails.
+func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C) (driver.Grant, error) {
 	h := &Hold[C]{name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, lost: NewLost()}
 	s.mu.Lock()
 	if s.closed {

@@ -2,13 +2,13 @@ package pglock
 
 import (
 	"context"
-	"sort"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 )
 
 // BenchmarkSameWorkFloor compares TryLock+Unlock with the very statements
@@ -85,31 +85,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			m := c.NewMutex(name, nil)
-			var ds, fs []time.Duration
-			for i := 0; i < b.N+5; i++ {
-				t0 := time.Now()
-				if err := bare(); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				l, err := m.TryLock(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if i >= 5 {
-					fs = append(fs, t1.Sub(t0))
-					ds = append(ds, time.Since(t1))
-				}
-			}
-			med := func(x []time.Duration) time.Duration {
-				sort.Slice(x, func(i, j int) bool { return x[i] < x[j] })
-				return x[len(x)/2]
-			}
-			b.ReportMetric(float64(med(ds))/float64(med(fs)), "x-same-work")
+			sqltest.SameWork(b, c.NewMutex(name, nil), bare)
 		})
 	}
 }

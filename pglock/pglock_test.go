@@ -2,12 +2,9 @@ package pglock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -15,25 +12,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
-	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	stopServer() // before the leak check: the server's process watchers are goroutines too
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { sqltest.Main(m, server) }
 
 // harness runs the conformance suite against one mode. Every driver it
 // makes opens its own pool from a URL, like a separate process would.
@@ -212,11 +198,7 @@ func BenchmarkLease(b *testing.B)    { locktest.RunBenchmarks(b, newHarnessFor(M
 func BenchmarkAdvisory(b *testing.B) { locktest.RunBenchmarks(b, newHarnessFor(ModeAdvisory)) }
 func BenchmarkRowLock(b *testing.B)  { locktest.RunBenchmarks(b, newHarnessFor(ModeRowLock)) }
 
-func randomName(prefix string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "-" + hex.EncodeToString(b[:])
-}
+func randomName(prefix string) string { return sqltest.RandomName(prefix) }
 
 // TestExternalKill terminates a session-mode holder's backend from another
 // connection: the holder's Done closes within a bounded time, and a waiter
@@ -224,64 +206,28 @@ func randomName(prefix string) string {
 func TestExternalKill(t *testing.T) {
 	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
 		t.Run(string(mode), func(t *testing.T) {
-			ctx := context.Background()
-			hn, err := newHarnessFor(mode)(ctx, t)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := hn.(*harness)
-			defer h.Close()
-			const ttl = time.Second
-			da, _ := h.NewDriver(ctx)
-			db, _ := h.NewDriver(ctx)
-			a := dlock.New(da, &dlock.Options{TTL: ttl})
-			b := dlock.New(db, &dlock.Options{TTL: ttl, WaitMax: 50 * time.Millisecond})
-			defer a.Close()
-			defer b.Close()
-			name := randomName("extkill")
-			la, err := a.NewMutex(name, nil).TryLock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := make(chan *dlock.Lease, 1)
-			go func() {
-				wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				defer cancel()
-				l, err := b.NewMutex(name, nil).Lock(wctx)
-				if err != nil {
-					t.Errorf("waiter: %v", err)
-					close(got)
-					return
+			h := newTestHarness(t, mode)
+			sqltest.ExternalKill(t, h.NewDriver, func(ctx context.Context, holder driver.Driver, name string) error {
+				pid, ok := holder.(*Driver).holderPID(name)
+				if !ok {
+					return errors.New("holder has no pinned connection")
 				}
-				got <- l
-			}()
-			pid, ok := da.(*Driver).holderPID(name)
-			if !ok {
-				t.Fatal("holder has no pinned connection")
-			}
-			killed := time.Now()
-			if err := terminate(ctx, h.admin, pid); err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-la.Done():
-			case <-time.After(ttl + 2*time.Second):
-				t.Fatalf("holder's Done still open %v after its backend was terminated", time.Since(killed))
-			}
-			if !errors.Is(la.Err(), dlock.ErrLeaseLost) || !errors.Is(la.Err(), driver.ErrSessionLost) {
-				t.Fatalf("holder's Err = %v, want ErrLeaseLost wrapping ErrSessionLost", la.Err())
-			}
-			t.Logf("Done closed %v after pg_terminate_backend", time.Since(killed).Round(time.Millisecond))
-			lb := <-got
-			if lb == nil {
-				return
-			}
-			if lb.Token() <= la.Token() {
-				t.Fatalf("waiter's token %d <= killed holder's %d", lb.Token(), la.Token())
-			}
-			_ = lb.Unlock(ctx)
+				return terminate(ctx, h.admin, pid)
+			}, "pg_terminate_backend")
 		})
 	}
+}
+
+// newTestHarness returns a harness for mode, closed when t ends.
+func newTestHarness(t testing.TB, mode Mode) *harness {
+	t.Helper()
+	hn, err := newHarnessFor(mode)(context.Background(), t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hn.(*harness)
+	t.Cleanup(h.Close)
+	return h
 }
 
 func TestURL(t *testing.T) {
@@ -363,69 +309,15 @@ func TestNewKeepsUserPool(t *testing.T) {
 func TestWaiterConnections(t *testing.T) {
 	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
 		t.Run(string(mode), func(t *testing.T) {
-			ctx := context.Background()
-			hn, err := newHarnessFor(mode)(ctx, t)
-			if err != nil {
-				t.Fatal(err)
+			h := newTestHarness(t, mode)
+			stats := func(d driver.Driver) (int, int) {
+				st := d.(*Driver).pool.Stat()
+				return int(st.TotalConns()), int(st.AcquiredConns())
 			}
-			h := hn.(*harness)
-			defer h.Close()
-			da, err := h.NewDriver(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dw, err := h.NewDriver(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := dlock.New(da, &dlock.Options{TTL: 10 * time.Second})
-			w := dlock.New(dw, &dlock.Options{TTL: 10 * time.Second})
-			defer a.Close()
-			defer w.Close()
-			name := randomName("waiters")
-			la, err := a.NewMutex(name, nil).TryLock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			var wg sync.WaitGroup
-			for i := 0; i < 100; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if l, err := w.NewMutex(name, nil).Lock(wctx); err == nil {
-						_ = l.Unlock(ctx)
-						t.Error("a waiter got a held lock")
-					}
-				}()
-			}
-			pool := dw.(*Driver).pool
-			var peakOpen, peakBusy int32
-			var busySum, samples int
-			start := time.Now()
-			for wctx.Err() == nil {
-				st := pool.Stat()
-				peakOpen = max(peakOpen, st.TotalConns())
-				peakBusy = max(peakBusy, st.AcquiredConns())
-				if time.Since(start) > 500*time.Millisecond {
-					busySum += int(st.AcquiredConns())
-					samples++
-				}
-				tick := time.NewTimer(5 * time.Millisecond)
-				select {
-				case <-tick.C:
-				case <-wctx.Done():
-					tick.Stop()
-				}
-			}
-			wg.Wait()
-			if n := dw.(*Driver).sess.Len(); n != 0 {
-				t.Fatalf("waiters pinned %d connections", n)
-			}
+			pinned := func(d driver.Driver) int { return d.(*Driver).sess.Len() }
+			peakOpen, peakBusy, avgBusy := sqltest.WaiterConnections(t, h.NewDriver, stats, pinned)
 			t.Logf("mode %s: 100 waiters on one driver: pool connections open at peak %d, in use at peak %d, in use on average after the first 0.5s %.1f, pinned 0, plus 1 LISTEN connection",
-				mode, peakOpen, peakBusy, float64(busySum)/float64(max(samples, 1)))
-			_ = la.Unlock(ctx)
+				mode, peakOpen, peakBusy, avgBusy)
 		})
 	}
 }
@@ -433,45 +325,12 @@ func TestWaiterConnections(t *testing.T) {
 // TestRenewBatch renews several leases in one call, some of them stale: only
 // the exact grants (name, owner and token) are renewed.
 func TestRenewBatch(t *testing.T) {
-	ctx := context.Background()
-	hn, err := newHarnessFor(ModeLease)(ctx, t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := hn.(*harness)
-	defer h.Close()
-	d, err := h.NewDriver(ctx)
+	d, err := newTestHarness(t, ModeLease).NewDriver(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	base := randomName("renew")
-	var ls []driver.Lease
-	for i := 0; i < 3; i++ {
-		name := fmt.Sprintf("%s-%d", base, i)
-		g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "owner-a", TTL: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, driver.Lease{Name: name, Owner: "owner-a", Token: g.Token, TTL: 5 * time.Second})
-	}
-	wrongToken, wrongOwner := ls[1], ls[2]
-	wrongToken.Token++
-	wrongOwner.Owner = "owner-b"
-	batch := []driver.Lease{ls[0], wrongToken, wrongOwner, ls[1], ls[2], ls[0]}
-	want := []bool{true, false, false, true, true, true}
-	errs, err := d.Renew(ctx, batch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, e := range errs {
-		if ok := e == nil; ok != want[i] {
-			t.Fatalf("lease %d (%+v): renew error %v, want renewed=%v", i, batch[i], e, want[i])
-		}
-		if e != nil && !errors.Is(e, driver.ErrNotHeld) {
-			t.Fatalf("lease %d: %v, want ErrNotHeld", i, e)
-		}
-	}
+	sqltest.RenewBatch(t, d)
 }
 
 // TestListenerReconnect terminates the driver's LISTEN connection: every
@@ -613,66 +472,13 @@ func TestLeaseDriver(t *testing.T) {
 // short restart leaves held) and fence counters survive, so every grant
 // after the restart has a larger token.
 func TestServerCrashRestart(t *testing.T) {
-	serverURL(t)
+	srv := server.Private(t)
 	if srv == nil {
 		t.Skip("external server: cannot restart it")
 	}
-	ctx := context.Background()
 	for _, mode := range []Mode{ModeLease, ModeAdvisory} {
 		t.Run(string(mode), func(t *testing.T) {
-			hn, err := newHarnessFor(mode)(ctx, t)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := hn.(*harness)
-			defer h.Close()
-			da, err := h.NewDriver(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := dlock.New(da, &dlock.Options{TTL: time.Second})
-			defer a.Close()
-			name := randomName("restart")
-			la, err := a.NewMutex(name, nil).TryLock(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := srv.Restart(false); err != nil {
-				t.Fatal(err)
-			}
-			if mode == ModeLease {
-				// The row is durable: a restart shorter than the TTL leaves
-				// the lease held and renewable; a longer one loses it.
-				if la.Err() == nil {
-					_ = la.Unlock(ctx)
-				}
-			} else {
-				// The session died with the server.
-				select {
-				case <-la.Done():
-				case <-time.After(10 * time.Second):
-					t.Fatal("holder's Done still open after the server crashed")
-				}
-				if !errors.Is(la.Err(), dlock.ErrLeaseLost) {
-					t.Fatalf("holder's Err = %v, want ErrLeaseLost", la.Err())
-				}
-			}
-			db, err := h.NewDriver(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := dlock.New(db, &dlock.Options{TTL: time.Second, WaitMax: 50 * time.Millisecond})
-			defer b.Close()
-			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			lb, err := b.NewMutex(name, nil).Lock(wctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if lb.Token() <= la.Token() {
-				t.Fatalf("token after restart %d <= before %d", lb.Token(), la.Token())
-			}
-			_ = lb.Unlock(ctx)
+			sqltest.CrashRestart(t, srv, newTestHarness(t, mode).NewDriver, mode != ModeLease)
 		})
 	}
 }
@@ -756,46 +562,12 @@ func TestPre14Statements(t *testing.T) {
 // holder's next renewal learns that its lease is gone.
 func TestServerClockDecidesExpiry(t *testing.T) {
 	s := testserver.PostgresWith(t, &testserver.SQLOptions{Faketime: true})
-	ctx := context.Background()
 	h := &harness{base: s.URL(), mode: ModeLease, table: "dlock_test_clock"}
 	var err error
-	h.admin, err = adminFor(ctx, s.URL())
+	h.admin, err = adminFor(context.Background(), s.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	da, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := dlock.New(da, &dlock.Options{TTL: 30 * time.Second})
-	defer a.Close()
-	db, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := dlock.New(db, nil)
-	defer b.Close()
-	name := randomName("clock")
-	la, err := a.NewMutex(name, nil).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.NewMutex(name, nil).TryLock(ctx); !errors.Is(err, dlock.ErrLocked) {
-		t.Fatalf("TryLock on a held lock: %v", err)
-	}
-	if err := s.SetClockOffset(time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.NewMutex(name, nil).TryLock(ctx)
-	if err != nil {
-		t.Fatalf("TryLock after the server's clock passed the lease's expiry: %v", err)
-	}
-	if lb.Token() <= la.Token() {
-		t.Fatalf("token %d <= expired holder's %d", lb.Token(), la.Token())
-	}
-	if err := la.Extend(ctx, 30*time.Second); !errors.Is(err, dlock.ErrNotHeld) {
-		t.Fatalf("Extend of the expired lease: %v, want ErrNotHeld", err)
-	}
-	_ = lb.Unlock(ctx)
+	sqltest.ClockDecidesExpiry(t, s, h.NewDriver)
 }

@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/queuelock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -75,19 +75,13 @@ func newTestDriver(t testing.TB, cli *clientv3.Client, opts *Options) *Driver {
 	return d
 }
 
-func req(name, owner string) driver.AcquireRequest {
-	return driver.AcquireRequest{Name: name, Owner: owner, TTL: time.Second}
-}
-
-func lease(name, owner string, g driver.Grant) driver.Lease {
-	return driver.Lease{Name: name, Owner: owner, Token: g.Token, Handle: g.Handle, TTL: g.TTL}
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// Shared test helpers.
+var (
+	req        = queuetest.Req
+	lease      = queuetest.Lease
+	ctxT       = queuetest.Ctx
+	eventually = queuetest.Eventually
+)
 
 // keys lists the keys under prefix.
 func keys(t testing.TB, cli *clientv3.Client, prefix string) []string {
@@ -103,194 +97,20 @@ func keys(t testing.TB, cli *clientv3.Client, prefix string) []string {
 	return ks
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not true within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func TestTryAcquireExcludesAndTokensIncrease(t *testing.T) {
+// TestQueue runs the tests shared with the other queue-based drivers.
+func TestQueue(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
-	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	ga, err := a.TryAcquire(ctx, req("t1", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ga.Count != 1 || ga.Token == 0 || ga.TTL < 2*time.Second || ga.TTL > 3*time.Second || ga.Lost == nil {
-		t.Fatalf("grant = %+v", ga)
-	}
-	_, err = b.TryAcquire(ctx, req("t1", "B"))
-	var le *driver.LockedError
-	if !errors.As(err, &le) || !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("second TryAcquire: %v, want LockedError", err)
-	}
-	if ks := keys(t, cli, "t1/"); len(ks) != 1 {
-		t.Fatalf("keys after failed TryAcquire: %q, want only the holder's", ks)
-	}
-	if n, err := a.Release(ctx, lease("t1", "A", ga)); err != nil || n != 0 {
-		t.Fatalf("Release = %d, %v", n, err)
-	}
-	gb, err := b.TryAcquire(ctx, req("t1", "B"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gb.Token <= ga.Token {
-		t.Fatalf("token %d after %d: not increasing", gb.Token, ga.Token)
-	}
-	// A stale release of A's grant must not touch B's key (etcd #22082).
-	if _, err := a.Release(ctx, lease("t1", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("stale Release: %v, want ErrNotHeld", err)
-	}
-	if errs, err := b.Renew(ctx, []driver.Lease{lease("t1", "B", gb)}); err != nil || errs[0] != nil {
-		t.Fatalf("B's grant after a stale release: %v %v", errs, err)
-	}
-}
-
-func TestSameDriverDifferentOwnersExclude(t *testing.T) {
-	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	g, err := d.TryAcquire(ctx, req("t2", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.TryAcquire(ctx, req("t2", "B")); !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("other owner on the same driver: %v, want ErrLocked", err)
-	}
-	if _, err := d.Release(ctx, lease("t2", "A", g)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestReentrance(t *testing.T) {
-	cli := newClient(t, shared.Endpoints())
-	d := newTestDriver(t, cli, nil)
-	ctx := ctxT(t, 10*time.Second)
-	g1, err := d.TryAcquire(ctx, req("t3", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g2, err := d.Acquire(ctx, req("t3", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g2.Count != 2 || g2.Token != g1.Token {
-		t.Fatalf("re-entry grant %+v after %+v", g2, g1)
-	}
-	if n, err := d.Release(ctx, lease("t3", "A", g2)); err != nil || n != 1 {
-		t.Fatalf("first Release = %d, %v; want 1", n, err)
-	}
-	if len(keys(t, cli, "t3/")) != 1 {
-		t.Fatal("key gone while a hold remains")
-	}
-	if n, err := d.Release(ctx, lease("t3", "A", g1)); err != nil || n != 0 {
-		t.Fatalf("second Release = %d, %v; want 0", n, err)
-	}
-	if ks := keys(t, cli, "t3/"); len(ks) != 0 {
-		t.Fatalf("keys left: %q", ks)
-	}
-}
-
-func TestAcquireQueuesInOrder(t *testing.T) {
-	cli := newClient(t, shared.Endpoints())
-	a := newTestDriver(t, cli, nil)
-	ctx := ctxT(t, 20*time.Second)
-	ga, err := a.TryAcquire(ctx, req("t4", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		who string
-		g   driver.Grant
-		err error
-	}
-	got := make(chan result, 2)
-	for i, who := range []string{"B", "C"} {
-		d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-		go func() {
-			g, err := d.Acquire(ctx, req("t4", who))
-			got <- result{who, g, err}
-			if err == nil {
-				d.Release(context.Background(), lease("t4", who, g))
+	queuetest.Run(t, queuetest.Backend{
+		NewDriver: func(t testing.TB) queuetest.Driver { return newTestDriver(t, newClient(t, shared.Endpoints()), nil) },
+		Queue:     func(t testing.TB, name string) []string { return keys(t, cli, (&Driver{}).queuePrefix(name)) },
+		Drop: func(t testing.TB, name string) {
+			if _, err := cli.Delete(ctxT(t, 5*time.Second), (&Driver{}).queuePrefix(name), clientv3.WithPrefix()); err != nil {
+				t.Fatal(err)
 			}
-		}()
-		// Wait until this waiter's key is queued, so the order is B, C.
-		eventually(t, 5*time.Second, who+" queued", func() bool { return len(keys(t, cli, "t4/")) == i+2 })
-	}
-	select {
-	case r := <-got:
-		t.Fatalf("%s acquired while A holds: %v", r.who, r.err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	if _, err := a.Release(ctx, lease("t4", "A", ga)); err != nil {
-		t.Fatal(err)
-	}
-	prev := ga.Token
-	for _, want := range []string{"B", "C"} {
-		r := <-got
-		if r.err != nil || r.who != want {
-			t.Fatalf("got %s (%v), want %s", r.who, r.err, want)
-		}
-		if r.g.Token <= prev {
-			t.Fatalf("token %d not above %d", r.g.Token, prev)
-		}
-		prev = r.g.Token
-	}
-}
-
-func TestCancelledAcquireLeavesNothing(t *testing.T) {
-	cli := newClient(t, shared.Endpoints())
-	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	ga, err := a.TryAcquire(ctx, req("t5", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Acquire(wctx, req("t5", "B"))
-		done <- err
-	}()
-	eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "t5/")) == 2 })
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
-	}
-	if ks := keys(t, cli, "t5/"); len(ks) != 1 {
-		t.Fatalf("keys after cancel: %q, want only A's", ks)
-	}
-	a.Release(ctx, lease("t5", "A", ga))
-}
-
-func TestRenewFindsDeletedKey(t *testing.T) {
-	cli := newClient(t, shared.Endpoints())
-	d := newTestDriver(t, cli, nil)
-	ctx := ctxT(t, 10*time.Second)
-	g1, err := d.TryAcquire(ctx, req("t6a", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g2, err := d.TryAcquire(ctx, req("t6b", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Delete(ctx, "t6a/", clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
-	errs, err := d.Renew(ctx, []driver.Lease{lease("t6a", "A", g1), lease("t6b", "A", g2)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(errs[0], driver.ErrNotHeld) || errs[1] != nil {
-		t.Fatalf("Renew errs = %v, want [ErrNotHeld nil]", errs)
-	}
+		},
+		TTL:           2 * time.Second,
+		CleanupAtOnce: true,
+	})
 }
 
 func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {

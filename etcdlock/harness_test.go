@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/queuelock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
@@ -148,111 +146,23 @@ func BenchmarkLocks(b *testing.B) {
 // the same run: contenders goroutines over 4 clients, each with a session of
 // its own, hand one lock around.
 func BenchmarkConcurrencyMutexHotLock(b *testing.B) {
-	for _, n := range []int{8, 32} {
-		b.Run(fmt.Sprintf("contenders=%d", n), func(b *testing.B) {
-			ctx := context.Background()
-			clis := make([]*clientv3.Client, 4)
-			for i := range clis {
-				clis[i] = newClient(b, shared.Endpoints())
-			}
-			rttOp, cleanup, err := (&harness{endpoints: shared.Endpoints()}).RoundTripFloor(ctx)
+	h := &harness{endpoints: shared.Endpoints()}
+	queuetest.NativeHotLock(b, h.RoundTripFloor, func(b *testing.B, n int) (lock, unlock func(g int) error) {
+		ctx := context.Background()
+		clis := make([]*clientv3.Client, 4)
+		for i := range clis {
+			clis[i] = newClient(b, shared.Endpoints())
+		}
+		name := fmt.Sprintf("bench-native-%d-%d", n, time.Now().UnixNano())
+		mutexes := make([]*concurrency.Mutex, n)
+		for g := range mutexes {
+			s, err := concurrency.NewSession(clis[g%len(clis)], concurrency.WithTTL(30))
 			if err != nil {
 				b.Fatal(err)
 			}
-			var ds []time.Duration
-			for range 200 {
-				t0 := time.Now()
-				if err := rttOp(ctx); err != nil {
-					b.Fatal(err)
-				}
-				ds = append(ds, time.Since(t0))
-			}
-			cleanup()
-			rtt := medianOf(ds)
-			name := fmt.Sprintf("bench-native-%d-%d", n, time.Now().UnixNano())
-			mutexes := make([]*concurrency.Mutex, n)
-			for g := range mutexes {
-				s, err := concurrency.NewSession(clis[g%len(clis)], concurrency.WithTTL(30))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { s.Close() })
-				mutexes[g] = concurrency.NewMutex(s, name)
-			}
-			handoffs := hotLock(b, n, func(g int) error { return mutexes[g].Lock(ctx) }, func(g int) error { return mutexes[g].Unlock(ctx) })
-			reportHandoffs(b, handoffs, rtt)
-		})
-	}
-}
-
-// hotLock runs the hot-lock loop of locktest's benchmark over lock and
-// unlock functions and returns the hand-off latencies.
-func hotLock(b *testing.B, contenders int, lock, unlock func(g int) error) []time.Duration {
-	var (
-		remaining  atomic.Int64
-		releasedAt atomic.Int64
-		mu         sync.Mutex
-		handoffs   []time.Duration
-		wg         sync.WaitGroup
-		stop       atomic.Bool
-		errOnce    sync.Once
-		firstErr   error
-	)
-	remaining.Store(int64(b.N))
-	b.ResetTimer()
-	start := time.Now()
-	for g := range contenders {
-		wg.Go(func() {
-			for !stop.Load() {
-				if err := lock(g); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					stop.Store(true)
-					return
-				}
-				if at := releasedAt.Swap(0); at != 0 {
-					mu.Lock()
-					handoffs = append(handoffs, time.Duration(time.Now().UnixNano()-at))
-					mu.Unlock()
-				}
-				left := remaining.Add(-1)
-				releasedAt.Store(time.Now().UnixNano())
-				if left <= 0 {
-					stop.Store(true)
-				}
-				if err := unlock(g); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					stop.Store(true)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	return handoffs
-}
-
-func reportHandoffs(b *testing.B, handoffs []time.Duration, rtt time.Duration) {
-	if len(handoffs) == 0 {
-		return
-	}
-	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
-	p50 := handoffs[len(handoffs)/2]
-	p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
-	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
-	b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
-	if rtt > 0 {
-		b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
-	}
-}
-
-func medianOf(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+			b.Cleanup(func() { s.Close() })
+			mutexes[g] = concurrency.NewMutex(s, name)
+		}
+		return func(g int) error { return mutexes[g].Lock(ctx) }, func(g int) error { return mutexes[g].Unlock(ctx) }
+	})
 }

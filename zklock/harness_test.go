@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/queuelock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
@@ -232,105 +231,17 @@ func BenchmarkLocks(b *testing.B) {
 // the same run: contenders goroutines over 4 connections hand one lock
 // around.
 func BenchmarkZKLockHotLock(b *testing.B) {
-	for _, n := range []int{8, 32} {
-		b.Run(fmt.Sprintf("contenders=%d", n), func(b *testing.B) {
-			ctx := context.Background()
-			conns := make([]*zk.Conn, 4)
-			for i := range conns {
-				conns[i] = newConn(b, shared.Endpoints())
-			}
-			rttOp, cleanup, err := (&harness{endpoints: shared.Endpoints(), direct: true}).RoundTripFloor(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var ds []time.Duration
-			for range 200 {
-				t0 := time.Now()
-				if err := rttOp(ctx); err != nil {
-					b.Fatal(err)
-				}
-				ds = append(ds, time.Since(t0))
-			}
-			cleanup()
-			path := fmt.Sprintf("/dlock-native/hot-%d-%d", n, time.Now().UnixNano())
-			locks := make([]*zk.Lock, n)
-			for g := range locks {
-				locks[g] = zk.NewLock(conns[g%len(conns)], path, zk.WorldACL(zk.PermAll))
-			}
-			handoffs := hotLock(b, n, func(g int) error { return locks[g].Lock() }, func(g int) error { return locks[g].Unlock() })
-			reportHandoffs(b, handoffs, medianOf(ds))
-		})
-	}
-}
-
-// hotLock runs the hot-lock loop of locktest's benchmark over lock and
-// unlock functions and returns the hand-off latencies.
-func hotLock(b *testing.B, contenders int, lock, unlock func(g int) error) []time.Duration {
-	var (
-		remaining  atomic.Int64
-		releasedAt atomic.Int64
-		mu         sync.Mutex
-		handoffs   []time.Duration
-		wg         sync.WaitGroup
-		stop       atomic.Bool
-		errOnce    sync.Once
-		firstErr   error
-	)
-	remaining.Store(int64(b.N))
-	b.ResetTimer()
-	start := time.Now()
-	for g := range contenders {
-		wg.Go(func() {
-			for !stop.Load() {
-				if err := lock(g); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					stop.Store(true)
-					return
-				}
-				if at := releasedAt.Swap(0); at != 0 {
-					mu.Lock()
-					handoffs = append(handoffs, time.Duration(time.Now().UnixNano()-at))
-					mu.Unlock()
-				}
-				left := remaining.Add(-1)
-				releasedAt.Store(time.Now().UnixNano())
-				if left <= 0 {
-					stop.Store(true)
-				}
-				if err := unlock(g); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					stop.Store(true)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	return handoffs
-}
-
-func reportHandoffs(b *testing.B, handoffs []time.Duration, rtt time.Duration) {
-	if len(handoffs) == 0 {
-		return
-	}
-	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
-	p50 := handoffs[len(handoffs)/2]
-	p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
-	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
-	b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
-	if rtt > 0 {
-		b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
-	}
-}
-
-func medianOf(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+	h := &harness{endpoints: shared.Endpoints(), direct: true}
+	queuetest.NativeHotLock(b, h.RoundTripFloor, func(b *testing.B, n int) (lock, unlock func(g int) error) {
+		conns := make([]*zk.Conn, 4)
+		for i := range conns {
+			conns[i] = newConn(b, shared.Endpoints())
+		}
+		path := fmt.Sprintf("/dlock-native/hot-%d-%d", n, time.Now().UnixNano())
+		locks := make([]*zk.Lock, n)
+		for g := range locks {
+			locks[g] = zk.NewLock(conns[g%len(conns)], path, zk.WorldACL(zk.PermAll))
+		}
+		return func(g int) error { return locks[g].Lock() }, func(g int) error { return locks[g].Unlock() }
+	})
 }

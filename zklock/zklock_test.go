@@ -2,7 +2,6 @@ package zklock
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/queuelock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -92,19 +92,13 @@ func newTestDriver(t testing.TB, conn *zk.Conn, opts *Options) *Driver {
 	return d
 }
 
-func req(name, owner string) driver.AcquireRequest {
-	return driver.AcquireRequest{Name: name, Owner: owner, TTL: time.Second}
-}
-
-func lease(name, owner string, g driver.Grant) driver.Lease {
-	return driver.Lease{Name: name, Owner: owner, Token: g.Token, Handle: g.Handle, TTL: g.TTL}
-}
-
-func ctxT(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// Shared test helpers.
+var (
+	req        = queuetest.Req
+	lease      = queuetest.Lease
+	ctxT       = queuetest.Ctx
+	eventually = queuetest.Eventually
+)
 
 // children lists the lock nodes under path.
 func children(t testing.TB, conn *zk.Conn, path string) []string {
@@ -119,181 +113,22 @@ func children(t testing.TB, conn *zk.Conn, path string) []string {
 	return queue(cs)
 }
 
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not true within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func TestTryAcquireExcludesAndTokensIncrease(t *testing.T) {
+// TestQueue runs the tests shared with the other queue-based drivers.
+func TestQueue(t *testing.T) {
 	conn := newConn(t, shared.Endpoints())
-	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	ga, err := a.TryAcquire(ctx, req("t1", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ga.Count != 1 || ga.Token == 0 || ga.TTL < testSession || ga.TTL > testSession+time.Second || ga.Lost == nil {
-		t.Fatalf("grant = %+v", ga)
-	}
-	_, err = b.TryAcquire(ctx, req("t1", "B"))
-	var le *driver.LockedError
-	if !errors.As(err, &le) {
-		t.Fatalf("second TryAcquire: %v, want LockedError", err)
-	}
-	if cs := children(t, conn, "/dlock/t1"); len(cs) != 1 {
-		t.Fatalf("nodes after failed TryAcquire: %q, want only the holder's", cs)
-	}
-	if n, err := a.Release(ctx, lease("t1", "A", ga)); err != nil || n != 0 {
-		t.Fatalf("Release = %d, %v", n, err)
-	}
-	gb, err := b.TryAcquire(ctx, req("t1", "B"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gb.Token <= ga.Token {
-		t.Fatalf("token %d after %d: not increasing", gb.Token, ga.Token)
-	}
-	if _, err := a.Release(ctx, lease("t1", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("stale Release: %v, want ErrNotHeld", err)
-	}
-	if errs, err := b.Renew(ctx, []driver.Lease{lease("t1", "B", gb)}); err != nil || errs[0] != nil {
-		t.Fatalf("B's grant after a stale release: %v %v", errs, err)
-	}
-}
-
-func TestReentranceAndOwners(t *testing.T) {
-	conn := newConn(t, shared.Endpoints())
-	d := newTestDriver(t, conn, nil)
-	ctx := ctxT(t, 10*time.Second)
-	g1, err := d.TryAcquire(ctx, req("t2", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.TryAcquire(ctx, req("t2", "B")); !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("other owner on the same driver: %v, want ErrLocked", err)
-	}
-	g2, err := d.Acquire(ctx, req("t2", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g2.Count != 2 || g2.Token != g1.Token {
-		t.Fatalf("re-entry grant %+v after %+v", g2, g1)
-	}
-	if n, err := d.Release(ctx, lease("t2", "A", g2)); err != nil || n != 1 {
-		t.Fatalf("first Release = %d, %v", n, err)
-	}
-	if n, err := d.Release(ctx, lease("t2", "A", g1)); err != nil || n != 0 {
-		t.Fatalf("second Release = %d, %v", n, err)
-	}
-	if cs := children(t, conn, "/dlock/t2"); len(cs) != 0 {
-		t.Fatalf("nodes left: %q", cs)
-	}
-}
-
-func TestAcquireQueuesInOrder(t *testing.T) {
-	conn := newConn(t, shared.Endpoints())
-	a := newTestDriver(t, conn, nil)
-	ctx := ctxT(t, 20*time.Second)
-	ga, err := a.TryAcquire(ctx, req("t3", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		who string
-		g   driver.Grant
-		err error
-	}
-	got := make(chan result, 2)
-	for i, who := range []string{"B", "C"} {
-		d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-		go func() {
-			g, err := d.Acquire(ctx, req("t3", who))
-			got <- result{who, g, err}
-			if err == nil {
-				d.Release(context.Background(), lease("t3", who, g))
+	parent := func(name string) string { return (&Driver{root: DefaultRoot}).parent(name) }
+	queuetest.Run(t, queuetest.Backend{
+		NewDriver: func(t testing.TB) queuetest.Driver { return newTestDriver(t, newConn(t, shared.Endpoints()), nil) },
+		Queue:     func(t testing.TB, name string) []string { return children(t, conn, parent(name)) },
+		Drop: func(t testing.TB, name string) {
+			for _, c := range children(t, conn, parent(name)) {
+				if err := conn.Delete(parent(name)+"/"+c, -1); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}()
-		eventually(t, 5*time.Second, who+" queued", func() bool { return len(children(t, conn, "/dlock/t3")) == i+2 })
-	}
-	select {
-	case r := <-got:
-		t.Fatalf("%s acquired while A holds: %v", r.who, r.err)
-	case <-time.After(200 * time.Millisecond):
-	}
-	if _, err := a.Release(ctx, lease("t3", "A", ga)); err != nil {
-		t.Fatal(err)
-	}
-	prev := ga.Token
-	for _, want := range []string{"B", "C"} {
-		r := <-got
-		if r.err != nil || r.who != want {
-			t.Fatalf("got %s (%v), want %s", r.who, r.err, want)
-		}
-		if r.g.Token <= prev {
-			t.Fatalf("token %d not above %d", r.g.Token, prev)
-		}
-		prev = r.g.Token
-	}
-}
-
-func TestCancelledAcquireLeavesNothing(t *testing.T) {
-	conn := newConn(t, shared.Endpoints())
-	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	ga, err := a.TryAcquire(ctx, req("t4", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := b.Acquire(wctx, req("t4", "B"))
-		done <- err
-	}()
-	eventually(t, 5*time.Second, "B queued", func() bool { return len(children(t, conn, "/dlock/t4")) == 2 })
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
-	}
-	eventually(t, 5*time.Second, "B's node deleted", func() bool { return len(children(t, conn, "/dlock/t4")) == 1 })
-	// Cancelled before it even starts: nothing is created, or it is deleted.
-	cctx, ccancel := context.WithCancel(ctx)
-	ccancel()
-	if _, err := b.Acquire(cctx, req("t4", "B")); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Acquire with a cancelled context: %v", err)
-	}
-	eventually(t, 5*time.Second, "no node of B", func() bool { return len(children(t, conn, "/dlock/t4")) == 1 })
-	a.Release(ctx, lease("t4", "A", ga))
-}
-
-func TestRenewFindsDeletedNode(t *testing.T) {
-	conn := newConn(t, shared.Endpoints())
-	d := newTestDriver(t, conn, nil)
-	ctx := ctxT(t, 10*time.Second)
-	g1, err := d.TryAcquire(ctx, req("t5a", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g2, err := d.TryAcquire(ctx, req("t5b", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.Delete(g1.Handle.(*handle).path, -1); err != nil {
-		t.Fatal(err)
-	}
-	errs, err := d.Renew(ctx, []driver.Lease{lease("t5a", "A", g1), lease("t5b", "A", g2)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !errors.Is(errs[0], driver.ErrNotHeld) || errs[1] != nil {
-		t.Fatalf("Renew errs = %v, want [ErrNotHeld nil]", errs)
-	}
+		},
+		TTL: testSession,
+	})
 }
 
 // TestSessionExpiry cuts a holder's connection until its session expires:

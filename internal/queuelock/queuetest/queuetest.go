@@ -1,0 +1,457 @@
+// Package queuetest holds the driver-level tests and benchmark helpers that
+// the queue-based drivers (etcdlock, zklock) share. Only their tests import
+// it.
+package queuetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
+)
+
+// Driver is a queue-based driver.
+type Driver interface {
+	driver.Driver
+	driver.Queuer
+}
+
+// Backend is what the shared tests need of one driver package, against a
+// running server. Every function fails t on an error.
+type Backend struct {
+	// NewDriver returns a driver on a connection of its own, closed when t
+	// ends.
+	NewDriver func(t testing.TB) Driver
+	// Queue lists the queue entries (keys, nodes) of the lock name.
+	Queue func(t testing.TB, name string) []string
+	// Drop deletes the queue entries of name behind the driver's back.
+	Drop func(t testing.TB, name string)
+	// TTL is the session TTL of the drivers NewDriver makes: Grant.TTL must
+	// lie between it and one second more.
+	TTL time.Duration
+	// CleanupAtOnce is set when a cancelled Acquire deletes its queue entry
+	// before it returns (else the entry must go soon after).
+	CleanupAtOnce bool
+}
+
+// Run runs the shared driver tests against be, each as a subtest.
+func Run(t *testing.T, be Backend) {
+	for _, tc := range []struct {
+		name string
+		f    func(*testing.T, Backend)
+	}{
+		{"TryAcquireExcludesAndTokensIncrease", TryAcquireExcludesAndTokensIncrease},
+		{"ReentranceAndOwners", ReentranceAndOwners},
+		{"AcquireQueuesInOrder", AcquireQueuesInOrder},
+		{"CancelledAcquireLeavesNothing", CancelledAcquireLeavesNothing},
+		{"RenewFindsDeletedEntry", RenewFindsDeletedEntry},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, be) })
+	}
+}
+
+// Req is a request of owner for name.
+func Req(name, owner string) driver.AcquireRequest {
+	return driver.AcquireRequest{Name: name, Owner: owner, TTL: time.Second}
+}
+
+// Lease is the lease of g, granted to owner on name.
+func Lease(name, owner string, g driver.Grant) driver.Lease {
+	return driver.Lease{Name: name, Owner: owner, Token: g.Token, Handle: g.Handle, TTL: g.TTL}
+}
+
+// Ctx is a context that ends after d or when t ends.
+func Ctx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond until it holds, failing t if it does not within
+// within.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not true within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TryAcquireExcludesAndTokensIncrease: a second driver is refused while the
+// first holds, tokens increase from one holder to the next, and a stale
+// release never touches the next holder's entry.
+func TryAcquireExcludesAndTokensIncrease(t *testing.T, be Backend) {
+	a, b := be.NewDriver(t), be.NewDriver(t)
+	ctx := Ctx(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, Req("t1", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ga.Count != 1 || ga.Token == 0 || ga.TTL < be.TTL || ga.TTL > be.TTL+time.Second || ga.Lost == nil {
+		t.Fatalf("grant = %+v", ga)
+	}
+	_, err = b.TryAcquire(ctx, Req("t1", "B"))
+	var le *driver.LockedError
+	if !errors.As(err, &le) || !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("second TryAcquire: %v, want LockedError", err)
+	}
+	if q := be.Queue(t, "t1"); len(q) != 1 {
+		t.Fatalf("queue after failed TryAcquire: %q, want only the holder's entry", q)
+	}
+	if n, err := a.Release(ctx, Lease("t1", "A", ga)); err != nil || n != 0 {
+		t.Fatalf("Release = %d, %v", n, err)
+	}
+	gb, err := b.TryAcquire(ctx, Req("t1", "B"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gb.Token <= ga.Token {
+		t.Fatalf("token %d after %d: not increasing", gb.Token, ga.Token)
+	}
+	// A stale release of A's grant must not touch B's entry (etcd #22082).
+	if _, err := a.Release(ctx, Lease("t1", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("stale Release: %v, want ErrNotHeld", err)
+	}
+	if errs, err := b.Renew(ctx, []driver.Lease{Lease("t1", "B", gb)}); err != nil || errs[0] != nil {
+		t.Fatalf("B's grant after a stale release: %v %v", errs, err)
+	}
+}
+
+// ReentranceAndOwners: another owner on the same driver is refused; the
+// same owner re-enters with the same token, and only the last release
+// deletes the entry.
+func ReentranceAndOwners(t *testing.T, be Backend) {
+	d := be.NewDriver(t)
+	ctx := Ctx(t, 10*time.Second)
+	g1, err := d.TryAcquire(ctx, Req("t2", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquire(ctx, Req("t2", "B")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("other owner on the same driver: %v, want ErrLocked", err)
+	}
+	g2, err := d.Acquire(ctx, Req("t2", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2.Count != 2 || g2.Token != g1.Token {
+		t.Fatalf("re-entry grant %+v after %+v", g2, g1)
+	}
+	if n, err := d.Release(ctx, Lease("t2", "A", g2)); err != nil || n != 1 {
+		t.Fatalf("first Release = %d, %v; want 1", n, err)
+	}
+	if len(be.Queue(t, "t2")) != 1 {
+		t.Fatal("entry gone while a hold remains")
+	}
+	if n, err := d.Release(ctx, Lease("t2", "A", g1)); err != nil || n != 0 {
+		t.Fatalf("second Release = %d, %v; want 0", n, err)
+	}
+	if q := be.Queue(t, "t2"); len(q) != 0 {
+		t.Fatalf("entries left: %q", q)
+	}
+}
+
+// AcquireQueuesInOrder: waiters get the lock in arrival order, with
+// increasing tokens, and none while the holder holds.
+func AcquireQueuesInOrder(t *testing.T, be Backend) {
+	a := be.NewDriver(t)
+	ctx := Ctx(t, 20*time.Second)
+	ga, err := a.TryAcquire(ctx, Req("t3", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who string
+		g   driver.Grant
+		err error
+	}
+	got := make(chan result, 2)
+	for i, who := range []string{"B", "C"} {
+		d := be.NewDriver(t)
+		go func() {
+			g, err := d.Acquire(ctx, Req("t3", who))
+			got <- result{who, g, err}
+			if err == nil {
+				d.Release(context.Background(), Lease("t3", who, g))
+			}
+		}()
+		// Wait until this waiter is queued, so the order is B, C.
+		Eventually(t, 5*time.Second, who+" queued", func() bool { return len(be.Queue(t, "t3")) == i+2 })
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("%s acquired while A holds: %v", r.who, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := a.Release(ctx, Lease("t3", "A", ga)); err != nil {
+		t.Fatal(err)
+	}
+	prev := ga.Token
+	for _, want := range []string{"B", "C"} {
+		r := <-got
+		if r.err != nil || r.who != want {
+			t.Fatalf("got %s (%v), want %s", r.who, r.err, want)
+		}
+		if r.g.Token <= prev {
+			t.Fatalf("token %d not above %d", r.g.Token, prev)
+		}
+		prev = r.g.Token
+	}
+}
+
+// CancelledAcquireLeavesNothing: a waiter cancelled in the queue, or before
+// it starts, leaves no entry behind.
+func CancelledAcquireLeavesNothing(t *testing.T, be Backend) {
+	a, b := be.NewDriver(t), be.NewDriver(t)
+	ctx := Ctx(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, Req("t4", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(wctx, Req("t4", "B"))
+		done <- err
+	}()
+	Eventually(t, 5*time.Second, "B queued", func() bool { return len(be.Queue(t, "t4")) == 2 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
+	}
+	if be.CleanupAtOnce {
+		if q := be.Queue(t, "t4"); len(q) != 1 {
+			t.Fatalf("queue after cancel: %q, want only A's entry", q)
+		}
+	}
+	Eventually(t, 5*time.Second, "B's entry deleted", func() bool { return len(be.Queue(t, "t4")) == 1 })
+	// Cancelled before it even starts: nothing is created, or it is deleted.
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := b.Acquire(cctx, Req("t4", "B")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with a cancelled context: %v", err)
+	}
+	Eventually(t, 5*time.Second, "no entry of B", func() bool { return len(be.Queue(t, "t4")) == 1 })
+	a.Release(ctx, Lease("t4", "A", ga))
+}
+
+// RenewFindsDeletedEntry: Renew reports ErrNotHeld for a grant whose entry
+// was deleted behind the driver's back, and nothing for the others.
+func RenewFindsDeletedEntry(t *testing.T, be Backend) {
+	d := be.NewDriver(t)
+	ctx := Ctx(t, 10*time.Second)
+	g1, err := d.TryAcquire(ctx, Req("t5a", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := d.TryAcquire(ctx, Req("t5b", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be.Drop(t, "t5a")
+	errs, err := d.Renew(ctx, []driver.Lease{Lease("t5a", "A", g1), Lease("t5b", "A", g2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(errs[0], driver.ErrNotHeld) || errs[1] != nil {
+		t.Fatalf("Renew errs = %v, want [ErrNotHeld nil]", errs)
+	}
+}
+
+// Failover is a lock held through A, waited for through B, while the
+// leader of Cluster is killed.
+type Failover struct {
+	A, B    Driver
+	Cluster *testserver.Cluster
+	// Queue lists the queue entries of the lock name.
+	Queue func(name string) []string
+	// TTL is the drivers' session TTL.
+	TTL time.Duration
+}
+
+// LeaderKilledWhileHeld kills the leader while f.A holds a lock and f.B waits
+// for it. A must keep the lock or be told it lost it; B must never get the
+// lock while A still believes it holds it.
+func LeaderKilledWhileHeld(t *testing.T, f Failover) {
+	a, b := f.A, f.B
+	ctx := Ctx(t, 60*time.Second)
+	ga, err := a.TryAcquire(ctx, Req("failover", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		g, err := b.Acquire(ctx, Req("failover", "B"))
+		got <- result{g, err}
+	}()
+	Eventually(t, 5*time.Second, "B queued", func() bool { return len(f.Queue("failover")) == 2 })
+	leader, err := f.Cluster.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Cluster.Members[leader].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed leader %d", leader)
+
+	// For three TTLs, A either keeps proving its lock or learns it is lost;
+	// B must not get the lock while A holds it.
+	aLost := false
+	confirmed := 0
+	deadline := time.Now().Add(3 * f.TTL)
+	for time.Now().Before(deadline) && !aLost {
+		select {
+		case r := <-got:
+			t.Fatalf("B got the lock (%v) while A had not lost it", r.err)
+		case <-ga.Lost:
+			aLost = true
+			continue
+		default:
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		errs, err := a.Renew(rctx, []driver.Lease{Lease("failover", "A", ga)})
+		cancel()
+		switch {
+		case err == nil && errs[0] == nil:
+			confirmed++
+		case err == nil && errors.Is(errs[0], driver.ErrNotHeld):
+			aLost = true
+		}
+		time.Sleep(100 * time.Millisecond) // the pace of renewals, not a wait for a condition
+	}
+	t.Logf("A confirmed its lock %d times after the kill; lost: %v", confirmed, aLost)
+	if !aLost {
+		if confirmed == 0 {
+			t.Fatal("A neither kept nor lost its lock within three TTLs")
+		}
+		if _, err := a.Release(ctx, Lease("failover", "A", ga)); err != nil {
+			t.Fatalf("Release after failover: %v", err)
+		}
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("B: %v", r.err)
+		}
+		if r.g.Token <= ga.Token {
+			t.Fatalf("B's token %d <= A's %d", r.g.Token, ga.Token)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("B did not get the lock after A let go")
+	}
+}
+
+// NativeHotLock is the hot-lock hand-off scenario of locktest.RunBenchmarks
+// run with a backend's own lock recipe, for comparison in the same run: for
+// 8 and 32 contenders, the median of 200 round trips of the floor made by
+// roundTripFloor (a locktest.Floors method) is measured, newLocks makes one
+// lock and unlock function pair per contender, all on one lock, and the
+// contenders hand it around b.N times.
+func NativeHotLock(b *testing.B, roundTripFloor func(context.Context) (func(context.Context) error, func(), error), newLocks func(b *testing.B, contenders int) (lock, unlock func(g int) error)) {
+	for _, n := range []int{8, 32} {
+		b.Run(fmt.Sprintf("contenders=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			rtt, cleanup, err := roundTripFloor(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var ds []time.Duration
+			for range 200 {
+				t0 := time.Now()
+				if err := rtt(ctx); err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			cleanup()
+			lock, unlock := newLocks(b, n)
+			reportHandoffs(b, hotLock(b, n, lock, unlock), median(ds))
+		})
+	}
+}
+
+// hotLock runs the hot-lock loop of locktest's benchmark over lock and
+// unlock functions and returns the hand-off latencies.
+func hotLock(b *testing.B, contenders int, lock, unlock func(g int) error) []time.Duration {
+	var (
+		remaining  atomic.Int64
+		releasedAt atomic.Int64
+		mu         sync.Mutex
+		handoffs   []time.Duration
+		wg         sync.WaitGroup
+		stop       atomic.Bool
+		errOnce    sync.Once
+		firstErr   error
+	)
+	remaining.Store(int64(b.N))
+	b.ResetTimer()
+	start := time.Now()
+	for g := range contenders {
+		wg.Go(func() {
+			for !stop.Load() {
+				if err := lock(g); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+				if at := releasedAt.Swap(0); at != 0 {
+					mu.Lock()
+					handoffs = append(handoffs, time.Duration(time.Now().UnixNano()-at))
+					mu.Unlock()
+				}
+				left := remaining.Add(-1)
+				releasedAt.Store(time.Now().UnixNano())
+				if left <= 0 {
+					stop.Store(true)
+				}
+				if err := unlock(g); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					stop.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	return handoffs
+}
+
+func reportHandoffs(b *testing.B, handoffs []time.Duration, rtt time.Duration) {
+	if len(handoffs) == 0 {
+		return
+	}
+	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
+	p50 := handoffs[len(handoffs)/2]
+	p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
+	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
+	if rtt > 0 {
+		b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}

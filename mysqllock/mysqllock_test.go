@@ -9,7 +9,6 @@ import (
 	"log"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,8 +34,7 @@ type harness struct {
 	table string
 	admin *sql.DB
 
-	mu      sync.Mutex
-	drivers []*Driver
+	drivers sqltest.Drivers[*Driver]
 }
 
 func openAdmin(t testing.TB) (*sql.DB, error) { return adminFor(context.Background(), serverURL(t)) }
@@ -63,23 +61,12 @@ func newHarnessFor(mode Mode) locktest.NewHarness {
 	}
 }
 
-func (h *harness) url() *url.URL {
-	u, _ := url.Parse(h.base)
-	q := u.Query()
-	q.Set("mode", string(h.mode))
-	q.Set("table", h.table)
-	u.RawQuery = q.Encode()
-	return u
-}
-
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
-	d, err := open(ctx, h.url())
+	d, err := open(ctx, sqltest.ModeURL(h.base, string(h.mode), h.table))
 	if err != nil {
 		return nil, err
 	}
-	h.mu.Lock()
-	h.drivers = append(h.drivers, d.(*Driver))
-	h.mu.Unlock()
+	h.drivers.Add(d.(*Driver))
 	return d, nil
 }
 
@@ -98,10 +85,7 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 			lock_until = UTC_TIMESTAMP(6) WHERE name = ? AND `+"`count`"+` > 0 AND lock_until > UTC_TIMESTAMP(6)`, []byte(name))
 		return err
 	}
-	h.mu.Lock()
-	drivers := append([]*Driver(nil), h.drivers...)
-	h.mu.Unlock()
-	for _, d := range drivers {
+	for _, d := range h.drivers.All() {
 		if id, ok := d.holderConnID(ctx, name); ok {
 			_, err := h.admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
 			return err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,8 +28,7 @@ type harness struct {
 	table string
 	admin *pgxpool.Pool
 
-	mu      sync.Mutex
-	drivers []*Driver
+	drivers sqltest.Drivers[*Driver]
 }
 
 func adminFor(ctx context.Context, u string) (*pgxpool.Pool, error) { return pgxpool.New(ctx, u) }
@@ -46,23 +44,12 @@ func newHarnessFor(mode Mode) locktest.NewHarness {
 	}
 }
 
-func (h *harness) url() *url.URL {
-	u, _ := url.Parse(h.base)
-	q := u.Query()
-	q.Set("mode", string(h.mode))
-	q.Set("table", h.table)
-	u.RawQuery = q.Encode()
-	return u
-}
-
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
-	d, err := open(ctx, h.url())
+	d, err := open(ctx, sqltest.ModeURL(h.base, string(h.mode), h.table))
 	if err != nil {
 		return nil, err
 	}
-	h.mu.Lock()
-	h.drivers = append(h.drivers, d.(*Driver))
-	h.mu.Unlock()
+	h.drivers.Add(d.(*Driver))
 	return d, nil
 }
 
@@ -81,14 +68,12 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 			WHERE name = $1 AND count > 0 AND lock_until > now()`, name)
 		return err
 	}
-	h.mu.Lock()
 	var pid uint32
-	for _, d := range h.drivers {
+	for _, d := range h.drivers.All() {
 		if p, ok := d.holderPID(name); ok {
 			pid = p
 		}
 	}
-	h.mu.Unlock()
 	if pid == 0 {
 		return fmt.Errorf("no holder of %q among this harness's drivers", name)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sort"
 	"sync"
@@ -361,4 +362,37 @@ func SameWork(b *testing.B, m *dlock.Mutex, bare func() error) {
 		return x[len(x)/2]
 	}
 	b.ReportMetric(float64(med(ds))/float64(med(fs)), "x-same-work")
+}
+
+// ModeURL returns base (a server URL) with the drivers' own parameters
+// mode and table set, as a harness hands it to the driver's URL opener.
+func ModeURL(base, mode, table string) *url.URL {
+	u, _ := url.Parse(base)
+	q := u.Query()
+	q.Set("mode", mode)
+	q.Set("table", table)
+	u.RawQuery = q.Encode()
+	return u
+}
+
+// Drivers records the drivers a harness opened, so that its Drop can find
+// the holder of a lock among them. The zero value is ready; it is safe for
+// concurrent use.
+type Drivers[D any] struct {
+	mu   sync.Mutex
+	list []D
+}
+
+// Add records d.
+func (r *Drivers[D]) Add(d D) {
+	r.mu.Lock()
+	r.list = append(r.list, d)
+	r.mu.Unlock()
+}
+
+// All returns the drivers recorded so far, oldest first.
+func (r *Drivers[D]) All() []D {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]D(nil), r.list...)
 }

@@ -97,10 +97,11 @@ func keys(t testing.TB, cli *clientv3.Client, prefix string) []string {
 	return ks
 }
 
-// TestQueue runs the tests shared with the other queue-based drivers.
-func TestQueue(t *testing.T) {
+// backend is this driver for the tests shared with the other queue-based
+// drivers, on the shared server.
+func backend(t testing.TB) queuetest.Backend {
 	cli := newClient(t, shared.Endpoints())
-	queuetest.Run(t, queuetest.Backend{
+	return queuetest.Backend{
 		NewDriver: func(t testing.TB) queuetest.Driver { return newTestDriver(t, newClient(t, shared.Endpoints()), nil) },
 		Queue:     func(t testing.TB, name string) []string { return keys(t, cli, (&Driver{}).queuePrefix(name)) },
 		Drop: func(t testing.TB, name string) {
@@ -110,8 +111,11 @@ func TestQueue(t *testing.T) {
 		},
 		TTL:           2 * time.Second,
 		CleanupAtOnce: true,
-	})
+	}
 }
+
+// TestQueue runs the tests shared with the other queue-based drivers.
+func TestQueue(t *testing.T) { queuetest.Run(t, backend(t)) }
 
 func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
@@ -392,41 +396,7 @@ func TestOpenURL(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	cli := newClient(t, shared.Endpoints())
-	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	ga, err := a.TryAcquire(ctx, req("insp/x", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.TryAcquire(ctx, req("insp/x", "A")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.TryAcquire(ctx, req("insp/%y", "A")); err != nil {
-		t.Fatal(err)
-	}
-	go b.Acquire(ctx, req("insp/x", "B"))
-	eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "insp%2Fx/")) == 2 })
-	infos, err := a.Inspect(ctx, "insp/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []driver.LockInfo{
-		{Name: "insp/%y", Owner: "A", Count: 1, ExpiresIn: -1, Waiters: 0},
-		{Name: "insp/x", Owner: "A", Token: ga.Token, Count: 2, ExpiresIn: -1, Waiters: 1},
-	}
-	if len(infos) != 2 {
-		t.Fatalf("Inspect = %+v", infos)
-	}
-	infos[0].Token = 0
-	for i := range want {
-		if infos[i] != want[i] {
-			t.Errorf("Inspect[%d] = %+v, want %+v", i, infos[i], want[i])
-		}
-	}
-	if infos, err := b.Inspect(ctx, "insp/xx"); err != nil || len(infos) != 0 {
-		t.Fatalf("Inspect(insp/xx) = %+v, %v", infos, err)
-	}
+	queuetest.Inspect(t, backend(t), "insp/%y")
 }
 
 // TestInteropWithEtcdctl runs the real `etcdctl lock` against dlock on the

@@ -8,10 +8,8 @@ import (
 	"github.com/dlock/dlock/internal/testserver"
 )
 
-// TestLeaderKilledWhileHeld kills the leader of a 3-node ensemble while a
-// lock is held and another client waits for it. The holder must keep the
-// lock or be told it lost it; the waiter must never get the lock while the
-// holder still believes it holds it.
+// TestLeaderKilledWhileHeld runs queuetest.LeaderKilledWhileHeld (the
+// leader is killed while a lock is held and waited for) on a 3-node ZooKeeper ensemble.
 func TestLeaderKilledWhileHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3-node ensemble: skipped in -short mode")

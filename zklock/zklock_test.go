@@ -113,11 +113,12 @@ func children(t testing.TB, conn *zk.Conn, path string) []string {
 	return queue(cs)
 }
 
-// TestQueue runs the tests shared with the other queue-based drivers.
-func TestQueue(t *testing.T) {
+// backend is this driver for the tests shared with the other queue-based
+// drivers, on the shared server.
+func backend(t testing.TB) queuetest.Backend {
 	conn := newConn(t, shared.Endpoints())
 	parent := func(name string) string { return (&Driver{root: DefaultRoot}).parent(name) }
-	queuetest.Run(t, queuetest.Backend{
+	return queuetest.Backend{
 		NewDriver: func(t testing.TB) queuetest.Driver { return newTestDriver(t, newConn(t, shared.Endpoints()), nil) },
 		Queue:     func(t testing.TB, name string) []string { return children(t, conn, parent(name)) },
 		Drop: func(t testing.TB, name string) {
@@ -128,8 +129,11 @@ func TestQueue(t *testing.T) {
 			}
 		},
 		TTL: testSession,
-	})
+	}
 }
+
+// TestQueue runs the tests shared with the other queue-based drivers.
+func TestQueue(t *testing.T) { queuetest.Run(t, backend(t)) }
 
 // TestSessionExpiry cuts a holder's connection until its session expires:
 // its grant's Lost closes with ErrSessionLost, a waiter on the same session
@@ -539,45 +543,7 @@ func TestInteropWithKazoo(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	conn := newConn(t, shared.Endpoints())
-	a, b := newTestDriver(t, conn, nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	ga, err := a.TryAcquire(ctx, req("insp/x", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.TryAcquire(ctx, req("insp/x", "A")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.TryAcquire(ctx, req("insp/%😀", "A")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.TryAcquire(ctx, req("insp/x/deeper", "A")); err != nil {
-		t.Fatal(err)
-	}
-	go b.Acquire(ctx, req("insp/x", "B"))
-	eventually(t, 5*time.Second, "B queued", func() bool { return len(children(t, conn, "/dlock/insp/x")) == 2 })
-	infos, err := a.Inspect(ctx, "insp/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []driver.LockInfo{
-		{Name: "insp/%😀", Owner: "A", Count: 1, ExpiresIn: -1, Waiters: 0},
-		{Name: "insp/x", Owner: "A", Token: ga.Token, Count: 2, ExpiresIn: -1, Waiters: 1},
-		{Name: "insp/x/deeper", Owner: "A", Count: 1, ExpiresIn: -1, Waiters: 0},
-	}
-	if len(infos) != len(want) {
-		t.Fatalf("Inspect = %+v", infos)
-	}
-	infos[0].Token, infos[2].Token = 0, 0
-	for i := range want {
-		if infos[i] != want[i] {
-			t.Errorf("Inspect[%d] = %+v, want %+v", i, infos[i], want[i])
-		}
-	}
-	if infos, err := b.Inspect(ctx, "insp/xx"); err != nil || len(infos) != 0 {
-		t.Fatalf("Inspect(insp/xx) = %+v, %v", infos, err)
-	}
+	queuetest.Inspect(t, backend(t), "insp/%😀", "insp/x/deeper")
 }
 
 // TestCutOffHolderGivesUp cuts a holder off from every server for good: it

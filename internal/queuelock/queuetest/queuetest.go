@@ -268,6 +268,55 @@ func RenewFindsDeletedEntry(t *testing.T, be Backend) {
 	}
 }
 
+// Inspect: Inspect lists the locks under a prefix sorted by name, with the
+// holder's hold count (2 on "insp/x", re-entered) and waiters (1 on
+// "insp/x"), and nothing for a prefix no name has. extra are more names
+// under "insp/", each acquired once, that sort around "insp/x" and test the
+// backend's name escaping.
+func Inspect(t *testing.T, be Backend, extra ...string) {
+	a, b := be.NewDriver(t), be.NewDriver(t)
+	ins, ok := a.(driver.Inspector)
+	if !ok {
+		t.Fatalf("%T is not a driver.Inspector", a)
+	}
+	ctx := Ctx(t, 10*time.Second)
+	ga, err := a.TryAcquire(ctx, Req("insp/x", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, Req("insp/x", "A")); err != nil {
+		t.Fatal(err)
+	}
+	want := []driver.LockInfo{{Name: "insp/x", Owner: "A", Token: ga.Token, Count: 2, ExpiresIn: -1, Waiters: 1}}
+	for _, name := range extra {
+		if _, err := a.TryAcquire(ctx, Req(name, "A")); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, driver.LockInfo{Name: name, Owner: "A", Count: 1, ExpiresIn: -1, Waiters: 0})
+	}
+	sort.Slice(want, func(i, j int) bool { return want[i].Name < want[j].Name })
+	go b.Acquire(ctx, Req("insp/x", "B"))
+	Eventually(t, 5*time.Second, "B queued", func() bool { return len(be.Queue(t, "insp/x")) == 2 })
+	infos, err := ins.Inspect(ctx, "insp/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != len(want) {
+		t.Fatalf("Inspect = %+v", infos)
+	}
+	for i := range want {
+		if want[i].Token == 0 {
+			infos[i].Token = 0 // the token of an extra name is not known here
+		}
+		if infos[i] != want[i] {
+			t.Errorf("Inspect[%d] = %+v, want %+v", i, infos[i], want[i])
+		}
+	}
+	if infos, err := b.(driver.Inspector).Inspect(ctx, "insp/xx"); err != nil || len(infos) != 0 {
+		t.Fatalf("Inspect(insp/xx) = %+v, %v", infos, err)
+	}
+}
+
 // Failover is a lock held through A, waited for through B, while the
 // leader of Cluster is killed.
 type Failover struct {

@@ -75,18 +75,10 @@ func newTestDriver(t testing.TB, cli *clientv3.Client, opts *Options) *Driver {
 	return d
 }
 
-// Shared test helpers.
-var (
-	req        = queuetest.Req
-	lease      = queuetest.Lease
-	ctxT       = queuetest.Ctx
-	eventually = queuetest.Eventually
-)
-
 // keys lists the keys under prefix.
 func keys(t testing.TB, cli *clientv3.Client, prefix string) []string {
 	t.Helper()
-	resp, err := cli.Get(ctxT(t, 5*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := cli.Get(queuetest.Ctx(t, 5*time.Second), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +97,7 @@ func backend(t testing.TB) queuetest.Backend {
 		NewDriver: func(t testing.TB) queuetest.Driver { return newTestDriver(t, newClient(t, shared.Endpoints()), nil) },
 		Queue:     func(t testing.TB, name string) []string { return keys(t, cli, (&Driver{}).queuePrefix(name)) },
 		Drop: func(t testing.TB, name string) {
-			if _, err := cli.Delete(ctxT(t, 5*time.Second), (&Driver{}).queuePrefix(name), clientv3.WithPrefix()); err != nil {
+			if _, err := cli.Delete(queuetest.Ctx(t, 5*time.Second), (&Driver{}).queuePrefix(name), clientv3.WithPrefix()); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -120,17 +112,17 @@ func TestQueue(t *testing.T) { queuetest.Run(t, backend(t)) }
 func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
 	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 20*time.Second)
-	ga, err := a.TryAcquire(ctx, req("t7", "A"))
+	ctx := queuetest.Ctx(t, 20*time.Second)
+	ga, err := a.TryAcquire(ctx, queuetest.Req("t7", "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wait := make(chan error, 1)
 	go func() {
-		_, err := b.Acquire(ctx, req("t7", "B"))
+		_, err := b.Acquire(ctx, queuetest.Req("t7", "B"))
 		wait <- err
 	}()
-	eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "t7/")) == 2 })
+	queuetest.Eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "t7/")) == 2 })
 	// B's lease ends while it waits (etcd #19597): B must stop with an error.
 	if _, err := cli.Revoke(ctx, b.currentSession().id); err != nil {
 		t.Fatal(err)
@@ -155,28 +147,28 @@ func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Lost not closed after the lease was revoked")
 	}
-	errs, err := a.Renew(ctx, []driver.Lease{lease("t7", "A", ga)})
+	errs, err := a.Renew(ctx, []driver.Lease{queuetest.Lease("t7", "A", ga)})
 	if err != nil || !errors.Is(errs[0], driver.ErrNotHeld) {
 		t.Fatalf("Renew after loss: %v %v", errs, err)
 	}
 	// A new lease serves later locks.
-	g2, err := a.TryAcquire(ctx, req("t7", "A"))
+	g2, err := a.TryAcquire(ctx, queuetest.Req("t7", "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g2.Token <= ga.Token {
 		t.Fatalf("token %d after %d", g2.Token, ga.Token)
 	}
-	a.Release(ctx, lease("t7", "A", g2))
+	a.Release(ctx, queuetest.Lease("t7", "A", g2))
 }
 
 func TestLockDelay(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
 	b := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := queuetest.Ctx(t, 30*time.Second)
 	const delay = 3 * time.Second
 	withDelay := func(name, owner string) driver.AcquireRequest {
-		r := req(name, owner)
+		r := queuetest.Req(name, owner)
 		r.LockDelay = delay
 		return r
 	}
@@ -187,14 +179,14 @@ func TestLockDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Release(ctx, lease("ld1", "A", g)); err != nil {
+	if _, err := a.Release(ctx, queuetest.Lease("ld1", "A", g)); err != nil {
 		t.Fatal(err)
 	}
-	gb, err := b.TryAcquire(ctx, req("ld1", "B"))
+	gb, err := b.TryAcquire(ctx, queuetest.Req("ld1", "B"))
 	if err != nil {
 		t.Fatalf("TryAcquire right after a clean release of a lock-delay grant: %v", err)
 	}
-	b.Release(ctx, lease("ld1", "B", gb))
+	b.Release(ctx, queuetest.Lease("ld1", "B", gb))
 
 	// A crashed holder: its key goes with its lease, the lock stays
 	// unavailable for the delay after that, to TryAcquire and to a waiter.
@@ -209,13 +201,13 @@ func TestLockDelay(t *testing.T) {
 	crashed.stop()
 	crashed.cli.Close()
 	killed := time.Now()
-	eventually(t, 10*time.Second, "crashed holder's key expired", func() bool { return len(keys(t, cli, "ld2/")) == 0 })
+	queuetest.Eventually(t, 10*time.Second, "crashed holder's key expired", func() bool { return len(keys(t, cli, "ld2/")) == 0 })
 	expired := time.Now()
-	if _, err := b.TryAcquire(ctx, req("ld2", "B")); !errors.Is(err, driver.ErrLocked) {
+	if _, err := b.TryAcquire(ctx, queuetest.Req("ld2", "B")); !errors.Is(err, driver.ErrLocked) {
 		t.Fatalf("TryAcquire inside the lock-delay: %v, want ErrLocked", err)
 	}
 	c := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	gc, err := c.Acquire(ctx, req("ld2", "C"))
+	gc, err := c.Acquire(ctx, queuetest.Req("ld2", "C"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,18 +220,18 @@ func TestLockDelay(t *testing.T) {
 	if gc.Token <= ga.Token {
 		t.Fatalf("token %d <= crashed holder's %d", gc.Token, ga.Token)
 	}
-	c.Release(ctx, lease("ld2", "C", gc))
+	c.Release(ctx, queuetest.Lease("ld2", "C", gc))
 }
 
 func TestNamesDoNotCollide(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
 	a, b := newTestDriver(t, cli, nil), newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	if _, err := a.TryAcquire(ctx, req("t9/x", "A")); err != nil {
+	ctx := queuetest.Ctx(t, 10*time.Second)
+	if _, err := a.TryAcquire(ctx, queuetest.Req("t9/x", "A")); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"t9", "t9%2Fx", "t9/x/y"} {
-		if _, err := b.TryAcquire(ctx, req(name, "B")); err != nil {
+		if _, err := b.TryAcquire(ctx, queuetest.Req(name, "B")); err != nil {
 			t.Fatalf("TryAcquire %q while %q is held: %v", name, "t9/x", err)
 		}
 	}
@@ -250,7 +242,7 @@ func TestNamesDoNotCollide(t *testing.T) {
 func TestInteropWithConcurrencyMutex(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
 	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 20*time.Second)
+	ctx := queuetest.Ctx(t, 20*time.Second)
 	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
 	if err != nil {
 		t.Fatal(err)
@@ -260,20 +252,20 @@ func TestInteropWithConcurrencyMutex(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.TryAcquire(ctx, req("interop", "A")); !errors.Is(err, driver.ErrLocked) {
+	if _, err := d.TryAcquire(ctx, queuetest.Req("interop", "A")); !errors.Is(err, driver.ErrLocked) {
 		t.Fatalf("dlock TryAcquire while concurrency.Mutex holds: %v, want ErrLocked", err)
 	}
 	var acquired atomic.Bool
 	done := make(chan driver.Grant, 1)
 	go func() {
-		g, err := d.Acquire(ctx, req("interop", "A"))
+		g, err := d.Acquire(ctx, queuetest.Req("interop", "A"))
 		if err != nil {
 			t.Error(err)
 		}
 		acquired.Store(true)
 		done <- g
 	}()
-	eventually(t, 5*time.Second, "dlock queued", func() bool { return len(keys(t, cli, "interop/")) == 2 })
+	queuetest.Eventually(t, 5*time.Second, "dlock queued", func() bool { return len(keys(t, cli, "interop/")) == 2 })
 	if acquired.Load() {
 		t.Fatal("dlock acquired while concurrency.Mutex holds")
 	}
@@ -287,7 +279,7 @@ func TestInteropWithConcurrencyMutex(t *testing.T) {
 	if g.Token <= uint64(m.Header().Revision) {
 		t.Fatalf("dlock token %d not above the mutex's revision %d", g.Token, m.Header().Revision)
 	}
-	if _, err := d.Release(ctx, lease("interop", "A", g)); err != nil {
+	if _, err := d.Release(ctx, queuetest.Lease("interop", "A", g)); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Lock(ctx); err != nil {
@@ -302,8 +294,8 @@ func TestCloseRevokesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t, 10*time.Second)
-	if _, err := d.TryAcquire(ctx, req("t10", "A")); err != nil {
+	ctx := queuetest.Ctx(t, 10*time.Second)
+	if _, err := d.TryAcquire(ctx, queuetest.Req("t10", "A")); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil {
@@ -317,7 +309,7 @@ func TestCloseRevokesLease(t *testing.T) {
 func TestPrefix(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
 	d := newTestDriver(t, cli, &Options{Prefix: "/app/locks/", SessionTTL: 2 * time.Second})
-	if _, err := d.TryAcquire(ctxT(t, 5*time.Second), req("p", "A")); err != nil {
+	if _, err := d.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("p", "A")); err != nil {
 		t.Fatal(err)
 	}
 	if ks := keys(t, cli, "/app/locks/p/"); len(ks) != 1 {
@@ -377,20 +369,20 @@ func TestParseURL(t *testing.T) {
 
 func TestOpenURL(t *testing.T) {
 	u, _ := url.Parse("etcd://" + strings.Join(shared.Endpoints(), ",") + "/openurl/?session_ttl=2s")
-	d, err := OpenURL(ctxT(t, 10*time.Second), u)
+	d, err := OpenURL(queuetest.Ctx(t, 10*time.Second), u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	g, err := d.TryAcquire(ctxT(t, 5*time.Second), req("x", "A"))
+	g, err := d.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Release(ctxT(t, 5*time.Second), lease("x", "A", g)); err != nil {
+	if _, err := d.Release(queuetest.Ctx(t, 5*time.Second), queuetest.Lease("x", "A", g)); err != nil {
 		t.Fatal(err)
 	}
 	bad, _ := url.Parse("etcd://127.0.0.1:1?dial_timeout=300ms")
-	if _, err := OpenURL(ctxT(t, 5*time.Second), bad); err == nil {
+	if _, err := OpenURL(queuetest.Ctx(t, 5*time.Second), bad); err == nil {
 		t.Fatal("OpenURL to a closed port succeeded")
 	}
 }
@@ -407,7 +399,7 @@ func TestInteropWithEtcdctl(t *testing.T) {
 		t.Skip("etcdctl not installed")
 	}
 	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := queuetest.Ctx(t, 60*time.Second)
 	etcdctl := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, append([]string{"--endpoints=" + strings.Join(shared.Endpoints(), ",")}, args...)...)
 		cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
@@ -425,12 +417,12 @@ func TestInteropWithEtcdctl(t *testing.T) {
 	if err != nil || !strings.HasPrefix(line, "ctl/") {
 		t.Fatalf("etcdctl lock said %q, %v", line, err)
 	}
-	if _, err := d.TryAcquire(ctx, req("ctl", "A")); !errors.Is(err, driver.ErrLocked) {
+	if _, err := d.TryAcquire(ctx, queuetest.Req("ctl", "A")); !errors.Is(err, driver.ErrLocked) {
 		t.Fatalf("dlock TryAcquire while etcdctl holds: %v, want ErrLocked", err)
 	}
 	holder.Process.Signal(os.Interrupt) // etcdctl revokes its session
 	holder.Wait()
-	g, err := d.Acquire(ctx, req("ctl", "A"))
+	g, err := d.Acquire(ctx, queuetest.Req("ctl", "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,11 +445,11 @@ func TestInteropWithEtcdctl(t *testing.T) {
 		}
 		close(lines)
 	}()
-	eventually(t, 10*time.Second, "etcdctl queued", func() bool { return len(keys(t, d.cli, "ctl/")) == 2 })
+	queuetest.Eventually(t, 10*time.Second, "etcdctl queued", func() bool { return len(keys(t, d.cli, "ctl/")) == 2 })
 	if ran.Load() {
 		t.Fatal("etcdctl ran its command while dlock holds the lock")
 	}
-	if _, err := d.Release(ctx, lease("ctl", "A", g)); err != nil {
+	if _, err := d.Release(ctx, queuetest.Lease("ctl", "A", g)); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -654,18 +654,11 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			c, _, err := d.conn.Children(parent)
 			return c, err
 		})
-		if connLoss(err) && !sess.Lost() && d.ctx.Err() == nil {
-			// Connection loss only suspends: ask again once reconnected.
-			if err := pause(ctx); err != nil {
+		if err != nil {
+			if retry, err := d.waitFailed(ctx, sess, "zklock: list queue", err); !retry {
 				return driver.Grant{}, err
 			}
 			continue
-		}
-		if err != nil {
-			if sess.Lost() {
-				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
-			}
-			return driver.Grant{}, queuelock.WrapCtx(ctx, "zklock: list queue", err)
 		}
 		sess.Refresh(sent)
 		if stat == nil {
@@ -768,17 +761,11 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			ok, _, ch, err := d.conn.ExistsW(pred)
 			return watchRes{ok, ch}, err
 		})
-		if connLoss(err) && !sess.Lost() && d.ctx.Err() == nil {
-			if err := pause(ctx); err != nil {
+		if err != nil {
+			if retry, err := d.waitFailed(ctx, sess, "zklock: watch predecessor", err); !retry {
 				return driver.Grant{}, err
 			}
 			continue
-		}
-		if err != nil {
-			if sess.Lost() {
-				return driver.Grant{}, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
-			}
-			return driver.Grant{}, queuelock.WrapCtx(ctx, "zklock: watch predecessor", err)
 		}
 		if !w.ok {
 			continue
@@ -793,6 +780,23 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			return driver.Grant{}, errors.New("zklock: driver is closed")
 		}
 	}
+}
+
+// waitFailed handles the error of a request made while waiting. After a
+// connection loss that the session outlives it pauses and reports retry:
+// the loss only suspends, so the caller asks again once reconnected.
+// Otherwise it returns the error to give up with.
+func (d *Driver) waitFailed(ctx context.Context, sess *session, what string, err error) (retry bool, _ error) {
+	if connLoss(err) && !sess.Lost() && d.ctx.Err() == nil {
+		if err := pause(ctx); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	if sess.Lost() {
+		return false, fmt.Errorf("zklock: while waiting: %w", sess.Cause())
+	}
+	return false, queuelock.WrapCtx(ctx, what, err)
 }
 
 // discard deletes the node parent/prefix<seq> in the background: path when

@@ -92,14 +92,6 @@ func newTestDriver(t testing.TB, conn *zk.Conn, opts *Options) *Driver {
 	return d
 }
 
-// Shared test helpers.
-var (
-	req        = queuetest.Req
-	lease      = queuetest.Lease
-	ctxT       = queuetest.Ctx
-	eventually = queuetest.Eventually
-)
-
 // children lists the lock nodes under path.
 func children(t testing.TB, conn *zk.Conn, path string) []string {
 	t.Helper()
@@ -147,27 +139,27 @@ func TestSessionExpiry(t *testing.T) {
 	conn := newConn(t, []string{p.addr()})
 	d := newTestDriver(t, conn, nil)
 	other := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 30*time.Second)
-	g, err := d.TryAcquire(ctx, req("t6", "A"))
+	ctx := queuetest.Ctx(t, 30*time.Second)
+	g, err := d.TryAcquire(ctx, queuetest.Req("t6", "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	gOther, err := other.TryAcquire(ctx, req("t6w", "X"))
+	gOther, err := other.TryAcquire(ctx, queuetest.Req("t6w", "X"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wait := make(chan error, 1)
 	go func() {
-		_, err := d.Acquire(ctx, req("t6w", "W"))
+		_, err := d.Acquire(ctx, queuetest.Req("t6w", "W"))
 		wait <- err
 	}()
 	admin := newConn(t, shared.Endpoints())
-	eventually(t, 5*time.Second, "W queued", func() bool { return len(children(t, admin, "/dlock/t6w")) == 2 })
+	queuetest.Eventually(t, 5*time.Second, "W queued", func() bool { return len(children(t, admin, "/dlock/t6w")) == 2 })
 	// Cut the connection; the proxy refuses reconnects until the session
 	// has expired on the server.
 	addr := p.addr()
 	p.close()
-	eventually(t, 10*time.Second, "holder's node deleted by expiry", func() bool { return len(children(t, admin, "/dlock/t6")) == 0 })
+	queuetest.Eventually(t, 10*time.Second, "holder's node deleted by expiry", func() bool { return len(children(t, admin, "/dlock/t6")) == 0 })
 	p2, err := newProxyAt(addr, shared.Endpoints()[0])
 	if err != nil {
 		t.Fatal(err)
@@ -189,30 +181,30 @@ func TestSessionExpiry(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("waiter kept waiting after its session expired")
 	}
-	errs, err := d.Renew(ctx, []driver.Lease{lease("t6", "A", g)})
+	errs, err := d.Renew(ctx, []driver.Lease{queuetest.Lease("t6", "A", g)})
 	if err != nil || !errors.Is(errs[0], driver.ErrNotHeld) {
 		t.Fatalf("Renew after expiry: %v %v", errs, err)
 	}
 	// go-zookeeper reconnects (through the new proxy) on a new session.
 	var g2 driver.Grant
-	eventually(t, 10*time.Second, "TryAcquire on a new session", func() bool {
-		g2, err = d.TryAcquire(ctx, req("t6", "A"))
+	queuetest.Eventually(t, 10*time.Second, "TryAcquire on a new session", func() bool {
+		g2, err = d.TryAcquire(ctx, queuetest.Req("t6", "A"))
 		return err == nil
 	})
 	if g2.Token <= g.Token {
 		t.Fatalf("token %d after %d", g2.Token, g.Token)
 	}
-	d.Release(ctx, lease("t6", "A", g2))
-	other.Release(ctx, lease("t6w", "X", gOther))
+	d.Release(ctx, queuetest.Lease("t6", "A", g2))
+	other.Release(ctx, queuetest.Lease("t6w", "X", gOther))
 }
 
 func TestLockDelay(t *testing.T) {
 	admin := newConn(t, shared.Endpoints())
 	b := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := queuetest.Ctx(t, 30*time.Second)
 	const delay = 2 * time.Second
 	withDelay := func(name, owner string) driver.AcquireRequest {
-		r := req(name, owner)
+		r := queuetest.Req(name, owner)
 		r.LockDelay = delay
 		return r
 	}
@@ -226,17 +218,17 @@ func TestLockDelay(t *testing.T) {
 	if ok, _, _ := admin.Exists("/dlock/ld1/" + guardName); !ok {
 		t.Fatal("no guard node for a lock-delay grant")
 	}
-	if _, err := a.Release(ctx, lease("ld1", "A", g)); err != nil {
+	if _, err := a.Release(ctx, queuetest.Lease("ld1", "A", g)); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _, _ := admin.Exists("/dlock/ld1/" + guardName); ok {
 		t.Fatal("guard node left after a release")
 	}
-	gb, err := b.TryAcquire(ctx, req("ld1", "B"))
+	gb, err := b.TryAcquire(ctx, queuetest.Req("ld1", "B"))
 	if err != nil {
 		t.Fatalf("TryAcquire right after a clean release of a lock-delay grant: %v", err)
 	}
-	b.Release(ctx, lease("ld1", "B", gb))
+	b.Release(ctx, queuetest.Lease("ld1", "B", gb))
 
 	// The holder's node goes without a release: the lock stays unavailable
 	// for the delay from when that is first seen, to TryAcquire and to a
@@ -249,13 +241,13 @@ func TestLockDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := time.Now()
-	_, err = b.TryAcquire(ctx, req("ld2", "B"))
+	_, err = b.TryAcquire(ctx, queuetest.Req("ld2", "B"))
 	var le *driver.LockedError
 	if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > delay {
 		t.Fatalf("TryAcquire inside the lock-delay: %v (%+v), want LockedError with RetryAfter in (0, %v]", err, le, delay)
 	}
 	c := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	gc, err := c.Acquire(ctx, req("ld2", "C"))
+	gc, err := c.Acquire(ctx, queuetest.Req("ld2", "C"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,10 +259,10 @@ func TestLockDelay(t *testing.T) {
 	if gc.Token <= ga.Token {
 		t.Fatalf("token %d <= lost holder's %d", gc.Token, ga.Token)
 	}
-	if _, err := a.Release(ctx, lease("ld2", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
+	if _, err := a.Release(ctx, queuetest.Lease("ld2", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
 		t.Fatalf("Release of the lost grant: %v, want ErrNotHeld", err)
 	}
-	c.Release(ctx, lease("ld2", "C", gc))
+	c.Release(ctx, queuetest.Lease("ld2", "C", gc))
 	if ok, _, _ := admin.Exists("/dlock/ld2/" + guardName); ok {
 		t.Fatal("guard node left after the delay")
 	}
@@ -278,12 +270,12 @@ func TestLockDelay(t *testing.T) {
 
 func TestNestedNamesAreIndependent(t *testing.T) {
 	a, b := newTestDriver(t, newConn(t, shared.Endpoints()), nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
-	if _, err := a.TryAcquire(ctx, req("t8/x", "A")); err != nil {
+	ctx := queuetest.Ctx(t, 10*time.Second)
+	if _, err := a.TryAcquire(ctx, queuetest.Req("t8/x", "A")); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"t8", "t8/x/y"} {
-		if _, err := b.TryAcquire(ctx, req(name, "B")); err != nil {
+		if _, err := b.TryAcquire(ctx, queuetest.Req(name, "B")); err != nil {
 			t.Fatalf("TryAcquire %q while %q is held: %v", name, "t8/x", err)
 		}
 	}
@@ -320,13 +312,13 @@ func TestEscapeName(t *testing.T) {
 	}
 	// Every such name works on a real server.
 	d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 10*time.Second)
+	ctx := queuetest.Ctx(t, 10*time.Second)
 	for _, name := range []string{"/a", "a//b", "..", "x😀", "100%"} {
-		g, err := d.TryAcquire(ctx, req(name, "A"))
+		g, err := d.TryAcquire(ctx, queuetest.Req(name, "A"))
 		if err != nil {
 			t.Fatalf("TryAcquire(%q): %v", name, err)
 		}
-		d.Release(ctx, lease(name, "A", g))
+		d.Release(ctx, queuetest.Lease(name, "A", g))
 	}
 }
 
@@ -383,25 +375,25 @@ func TestParseURL(t *testing.T) {
 
 func TestOpenURLWithDigestAuth(t *testing.T) {
 	u, _ := url.Parse("zk://alice:pw@" + strings.Join(shared.Endpoints(), ",") + "/authlocks?session_timeout=2s&acl=creator")
-	d, err := OpenURL(ctxT(t, 20*time.Second), u)
+	d, err := OpenURL(queuetest.Ctx(t, 20*time.Second), u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	g, err := d.TryAcquire(ctxT(t, 5*time.Second), req("x", "A"))
+	g, err := d.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "A"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Without alice's credentials the queue cannot be joined.
 	stranger := newTestDriver(t, newConn(t, shared.Endpoints()), &Options{Root: "/authlocks", SessionTimeout: testSession})
-	if _, err := stranger.TryAcquire(ctxT(t, 5*time.Second), req("x", "B")); !errors.Is(err, zk.ErrNoAuth) {
+	if _, err := stranger.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "B")); !errors.Is(err, zk.ErrNoAuth) {
 		t.Fatalf("TryAcquire without auth: %v, want ErrNoAuth", err)
 	}
-	if _, err := d.Release(ctxT(t, 5*time.Second), lease("x", "A", g)); err != nil {
+	if _, err := d.Release(queuetest.Ctx(t, 5*time.Second), queuetest.Lease("x", "A", g)); err != nil {
 		t.Fatal(err)
 	}
 	bad, _ := url.Parse("zk://127.0.0.1:1?connect_timeout=300ms")
-	if _, err := OpenURL(ctxT(t, 5*time.Second), bad); err == nil {
+	if _, err := OpenURL(queuetest.Ctx(t, 5*time.Second), bad); err == nil {
 		t.Fatal("OpenURL to a closed port succeeded")
 	}
 }
@@ -497,20 +489,20 @@ func (k *kazoo) quiet(t *testing.T, d time.Duration) {
 // same path exclude each other and share one queue.
 func TestInteropWithKazoo(t *testing.T) {
 	d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := queuetest.Ctx(t, 60*time.Second)
 
 	// kazoo holds: dlock is refused, then queues and gets the lock when
 	// kazoo releases.
 	k := startKazoo(t, "/dlock/kazoo1", "hold")
 	k.expect(t, "waiting", 20*time.Second)
 	k.expect(t, "locked", 20*time.Second)
-	if _, err := d.TryAcquire(ctx, req("kazoo1", "A")); !errors.Is(err, driver.ErrLocked) {
+	if _, err := d.TryAcquire(ctx, queuetest.Req("kazoo1", "A")); !errors.Is(err, driver.ErrLocked) {
 		t.Fatalf("dlock TryAcquire while kazoo holds: %v, want ErrLocked", err)
 	}
 	var acquired atomic.Bool
 	got := make(chan driver.Grant, 1)
 	go func() {
-		g, err := d.Acquire(ctx, req("kazoo1", "A"))
+		g, err := d.Acquire(ctx, queuetest.Req("kazoo1", "A"))
 		if err != nil {
 			t.Error(err)
 		}
@@ -518,7 +510,7 @@ func TestInteropWithKazoo(t *testing.T) {
 		got <- g
 	}()
 	admin := newConn(t, shared.Endpoints())
-	eventually(t, 5*time.Second, "dlock queued behind kazoo", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
+	queuetest.Eventually(t, 5*time.Second, "dlock queued behind kazoo", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
 	if acquired.Load() {
 		t.Fatal("dlock acquired while kazoo holds")
 	}
@@ -532,9 +524,9 @@ func TestInteropWithKazoo(t *testing.T) {
 	try.expect(t, "busy", 20*time.Second)
 	w := startKazoo(t, "/dlock/kazoo1", "hold")
 	w.expect(t, "waiting", 20*time.Second)
-	eventually(t, 20*time.Second, "kazoo queued behind dlock", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
+	queuetest.Eventually(t, 20*time.Second, "kazoo queued behind dlock", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
 	w.quiet(t, 300*time.Millisecond)
-	if _, err := d.Release(ctx, lease("kazoo1", "A", g)); err != nil {
+	if _, err := d.Release(ctx, queuetest.Lease("kazoo1", "A", g)); err != nil {
 		t.Fatal(err)
 	}
 	w.expect(t, "locked", 10*time.Second)
@@ -556,8 +548,8 @@ func TestCutOffHolderGivesUp(t *testing.T) {
 	}
 	conn := newConn(t, []string{p.addr()})
 	d := newTestDriver(t, conn, nil)
-	ctx := ctxT(t, 20*time.Second)
-	g, err := d.TryAcquire(ctx, req("cutoff", "A"))
+	ctx := queuetest.Ctx(t, 20*time.Second)
+	g, err := d.TryAcquire(ctx, queuetest.Req("cutoff", "A"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,26 +25,7 @@ import (
 var shared *testserver.Cluster
 
 func TestMain(m *testing.M) {
-	var err error
-	shared, err = testserver.StartEtcd(1)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "etcdlock tests: cannot start etcd:", err)
-		os.Exit(1)
-	}
-	code := 0
-	func() {
-		defer shared.Stop()
-		// goleak.VerifyTestMain calls os.Exit; run the check by hand so
-		// the server is stopped first.
-		code = m.Run()
-	}()
-	if code == 0 {
-		if err := goleak.Find(goleakOptions()...); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	queuetest.Main(m, "etcdlock", testserver.StartEtcd, &shared, goleakOptions()...)
 }
 
 // goleakOptions: none. grpc-go's resolver and balancer goroutines finish

@@ -3,7 +3,6 @@ package zklock
 import (
 	"bufio"
 	"errors"
-	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
-	"go.uber.org/goleak"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/queuelock/queuetest"
@@ -25,23 +23,7 @@ import (
 // shared is one standalone ZooKeeper for the tests that do not break servers.
 var shared *testserver.Cluster
 
-func TestMain(m *testing.M) {
-	var err error
-	shared, err = testserver.StartZooKeeper(1)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "zklock tests: cannot start ZooKeeper:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	shared.Stop()
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { queuetest.Main(m, "zklock", testserver.StartZooKeeper, &shared) }
 
 const testSession = 2 * time.Second
 

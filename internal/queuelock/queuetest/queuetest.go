@@ -7,11 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testserver"
@@ -55,6 +58,32 @@ func Run(t *testing.T, be Backend) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, be) })
 	}
+}
+
+// Main is a driver package's TestMain: it starts the single-server cluster
+// its tests share with start and stores it in *shared, runs the tests, stops
+// the server and then (goleak.VerifyTestMain would exit before the server
+// is stopped) checks for leaked goroutines with opts. It exits with the
+// tests' code, or 1 when the server cannot start or a goroutine leaked.
+func Main(m *testing.M, pkg string, start func(int) (*testserver.Cluster, error), shared **testserver.Cluster, opts ...goleak.Option) {
+	c, err := start(1)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s tests: cannot start the server: %v\n", pkg, err)
+		os.Exit(1)
+	}
+	*shared = c
+	code := 0
+	func() {
+		defer c.Stop()
+		code = m.Run()
+	}()
+	if code == 0 {
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // Req is a request of owner for name.

@@ -142,65 +142,21 @@ func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
 	a.Release(ctx, queuetest.Lease("t7", "A", g2))
 }
 
+// TestLockDelay: a crashed holder's key goes with its lease; the lock stays
+// unavailable for the delay after that.
 func TestLockDelay(t *testing.T) {
-	cli := newClient(t, shared.Endpoints())
-	b := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := queuetest.Ctx(t, 30*time.Second)
-	const delay = 3 * time.Second
-	withDelay := func(name, owner string) driver.AcquireRequest {
-		r := queuetest.Req(name, owner)
-		r.LockDelay = delay
-		return r
-	}
-
-	// A clean release frees the lock at once, guard and all.
-	a := newTestDriver(t, cli, nil)
-	g, err := a.TryAcquire(ctx, withDelay("ld1", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Release(ctx, queuetest.Lease("ld1", "A", g)); err != nil {
-		t.Fatal(err)
-	}
-	gb, err := b.TryAcquire(ctx, queuetest.Req("ld1", "B"))
-	if err != nil {
-		t.Fatalf("TryAcquire right after a clean release of a lock-delay grant: %v", err)
-	}
-	b.Release(ctx, queuetest.Lease("ld1", "B", gb))
-
-	// A crashed holder: its key goes with its lease, the lock stays
-	// unavailable for the delay after that, to TryAcquire and to a waiter.
-	crashed, err := New(newClient(t, shared.Endpoints()), &Options{SessionTTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ga, err := crashed.TryAcquire(ctx, withDelay("ld2", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crashed.stop()
-	crashed.cli.Close()
-	killed := time.Now()
-	queuetest.Eventually(t, 10*time.Second, "crashed holder's key expired", func() bool { return len(keys(t, cli, "ld2/")) == 0 })
-	expired := time.Now()
-	if _, err := b.TryAcquire(ctx, queuetest.Req("ld2", "B")); !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("TryAcquire inside the lock-delay: %v, want ErrLocked", err)
-	}
-	c := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	gc, err := c.Acquire(ctx, queuetest.Req("ld2", "C"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waited := time.Since(expired)
-	t.Logf("granted %v after the crash, %v after the key expired", time.Since(killed).Round(time.Millisecond), waited.Round(time.Millisecond))
-	// The key expired somewhere in the poll interval before expired.
-	if waited < delay-100*time.Millisecond {
-		t.Fatalf("granted %v after the holder's key expired; lock-delay %v not honoured", waited, delay)
-	}
-	if gc.Token <= ga.Token {
-		t.Fatalf("token %d <= crashed holder's %d", gc.Token, ga.Token)
-	}
-	c.Release(ctx, queuetest.Lease("ld2", "C", gc))
+	be := backend(t)
+	queuetest.LockDelay(t, be, queuetest.Delay{
+		Delay: 3 * time.Second,
+		Lose: func(t testing.TB, qd queuetest.Driver, g driver.Grant) {
+			d := qd.(*Driver)
+			d.stop()
+			d.cli.Close()
+			queuetest.Eventually(t, 10*time.Second, "crashed holder's key expired", func() bool { return len(be.Queue(t, "ld2")) == 0 })
+		},
+		// The key expired somewhere in the poll interval before it was seen gone.
+		Slack: 100 * time.Millisecond,
+	})
 }
 
 func TestNamesDoNotCollide(t *testing.T) {

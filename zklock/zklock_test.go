@@ -180,74 +180,28 @@ func TestSessionExpiry(t *testing.T) {
 	other.Release(ctx, queuetest.Lease("t6w", "X", gOther))
 }
 
+// TestLockDelay: the holder's node is deleted behind its back; the lock
+// stays unavailable for the delay from when that is first seen, and the
+// guard node goes with a release or after the delay.
 func TestLockDelay(t *testing.T) {
 	admin := newConn(t, shared.Endpoints())
-	b := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	ctx := queuetest.Ctx(t, 30*time.Second)
-	const delay = 2 * time.Second
-	withDelay := func(name, owner string) driver.AcquireRequest {
-		r := queuetest.Req(name, owner)
-		r.LockDelay = delay
-		return r
-	}
-
-	// A clean release frees the lock at once and removes the guard.
-	a := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	g, err := a.TryAcquire(ctx, withDelay("ld1", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok, _, _ := admin.Exists("/dlock/ld1/" + guardName); !ok {
-		t.Fatal("no guard node for a lock-delay grant")
-	}
-	if _, err := a.Release(ctx, queuetest.Lease("ld1", "A", g)); err != nil {
-		t.Fatal(err)
-	}
-	if ok, _, _ := admin.Exists("/dlock/ld1/" + guardName); ok {
-		t.Fatal("guard node left after a release")
-	}
-	gb, err := b.TryAcquire(ctx, queuetest.Req("ld1", "B"))
-	if err != nil {
-		t.Fatalf("TryAcquire right after a clean release of a lock-delay grant: %v", err)
-	}
-	b.Release(ctx, queuetest.Lease("ld1", "B", gb))
-
-	// The holder's node goes without a release: the lock stays unavailable
-	// for the delay from when that is first seen, to TryAcquire and to a
-	// waiter.
-	ga, err := a.TryAcquire(ctx, withDelay("ld2", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Delete(ga.Handle.(*handle).path, -1); err != nil {
-		t.Fatal(err)
-	}
-	dropped := time.Now()
-	_, err = b.TryAcquire(ctx, queuetest.Req("ld2", "B"))
-	var le *driver.LockedError
-	if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > delay {
-		t.Fatalf("TryAcquire inside the lock-delay: %v (%+v), want LockedError with RetryAfter in (0, %v]", err, le, delay)
-	}
-	c := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
-	gc, err := c.Acquire(ctx, queuetest.Req("ld2", "C"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waited := time.Since(dropped)
-	t.Logf("granted %v after the holder's node went", waited.Round(time.Millisecond))
-	if waited < delay {
-		t.Fatalf("granted %v after the holder's node went; lock-delay %v not honoured", waited, delay)
-	}
-	if gc.Token <= ga.Token {
-		t.Fatalf("token %d <= lost holder's %d", gc.Token, ga.Token)
-	}
-	if _, err := a.Release(ctx, queuetest.Lease("ld2", "A", ga)); !errors.Is(err, driver.ErrNotHeld) {
-		t.Fatalf("Release of the lost grant: %v, want ErrNotHeld", err)
-	}
-	c.Release(ctx, queuetest.Lease("ld2", "C", gc))
-	if ok, _, _ := admin.Exists("/dlock/ld2/" + guardName); ok {
-		t.Fatal("guard node left after the delay")
-	}
+	queuetest.LockDelay(t, backend(t), queuetest.Delay{
+		Delay: 2 * time.Second,
+		Lose: func(t testing.TB, _ queuetest.Driver, g driver.Grant) {
+			if err := admin.Delete(g.Handle.(*handle).path, -1); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Guard: func(t testing.TB, name string) bool {
+			ok, _, err := admin.Exists((&Driver{root: DefaultRoot}).parent(name) + "/" + guardName)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		},
+		RetryAfter:   true,
+		StaleRelease: true,
+	})
 }
 
 func TestNestedNamesAreIndependent(t *testing.T) {

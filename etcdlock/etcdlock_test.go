@@ -188,27 +188,11 @@ func TestInteropWithConcurrencyMutex(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.TryAcquire(ctx, queuetest.Req("interop", "A")); !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("dlock TryAcquire while concurrency.Mutex holds: %v, want ErrLocked", err)
-	}
-	var acquired atomic.Bool
-	done := make(chan driver.Grant, 1)
-	go func() {
-		g, err := d.Acquire(ctx, queuetest.Req("interop", "A"))
-		if err != nil {
-			t.Error(err)
+	g := queuetest.BehindForeign(t, ctx, backend(t), d, "interop", "concurrency.Mutex", func() {
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
 		}
-		acquired.Store(true)
-		done <- g
-	}()
-	queuetest.Eventually(t, 5*time.Second, "dlock queued", func() bool { return len(keys(t, cli, "interop/")) == 2 })
-	if acquired.Load() {
-		t.Fatal("dlock acquired while concurrency.Mutex holds")
-	}
-	if err := m.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	g := <-done
+	})
 	if err := m.TryLock(ctx); !errors.Is(err, concurrency.ErrLocked) {
 		t.Fatalf("concurrency.Mutex TryLock while dlock holds: %v, want ErrLocked", err)
 	}

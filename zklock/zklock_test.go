@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -432,27 +431,11 @@ func TestInteropWithKazoo(t *testing.T) {
 	k := startKazoo(t, "/dlock/kazoo1", "hold")
 	k.expect(t, "waiting", 20*time.Second)
 	k.expect(t, "locked", 20*time.Second)
-	if _, err := d.TryAcquire(ctx, queuetest.Req("kazoo1", "A")); !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("dlock TryAcquire while kazoo holds: %v, want ErrLocked", err)
-	}
-	var acquired atomic.Bool
-	got := make(chan driver.Grant, 1)
-	go func() {
-		g, err := d.Acquire(ctx, queuetest.Req("kazoo1", "A"))
-		if err != nil {
-			t.Error(err)
-		}
-		acquired.Store(true)
-		got <- g
-	}()
 	admin := newConn(t, shared.Endpoints())
-	queuetest.Eventually(t, 5*time.Second, "dlock queued behind kazoo", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
-	if acquired.Load() {
-		t.Fatal("dlock acquired while kazoo holds")
-	}
-	io.WriteString(k.stdin, "release\n")
-	k.expect(t, "released", 10*time.Second)
-	g := <-got
+	g := queuetest.BehindForeign(t, ctx, backend(t), d, "kazoo1", "kazoo", func() {
+		io.WriteString(k.stdin, "release\n")
+		k.expect(t, "released", 10*time.Second)
+	})
 
 	// dlock holds: kazoo's non-blocking acquire fails; its blocking
 	// acquire waits until dlock releases.

@@ -388,6 +388,33 @@ func LockDelay(t *testing.T, be Backend, ld Delay) {
 	guard("ld2", false, "guard left after the delay")
 }
 
+// BehindForeign checks, while a foreign client (the backend's own lock
+// recipe) holds name, that d's TryAcquire is refused and its Acquire queues
+// and waits, then lets the foreign holder go with release and returns the
+// grant d gets after it.
+func BehindForeign(t *testing.T, ctx context.Context, be Backend, d Driver, name, foreign string, release func()) driver.Grant {
+	t.Helper()
+	if _, err := d.TryAcquire(ctx, Req(name, "A")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("dlock TryAcquire while %s holds: %v, want ErrLocked", foreign, err)
+	}
+	var acquired atomic.Bool
+	got := make(chan driver.Grant, 1)
+	go func() {
+		g, err := d.Acquire(ctx, Req(name, "A"))
+		if err != nil {
+			t.Error(err)
+		}
+		acquired.Store(true)
+		got <- g
+	}()
+	Eventually(t, 5*time.Second, "dlock queued behind "+foreign, func() bool { return len(be.Queue(t, name)) == 2 })
+	if acquired.Load() {
+		t.Fatalf("dlock acquired while %s holds", foreign)
+	}
+	release()
+	return <-got
+}
+
 // Inspect: Inspect lists the locks under a prefix sorted by name, with the
 // holder's hold count (2 on "insp/x", re-entered) and waiters (1 on
 // "insp/x"), and nothing for a prefix no name has. extra are more names

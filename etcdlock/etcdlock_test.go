@@ -47,12 +47,7 @@ func newTestDriver(t testing.TB, cli *clientv3.Client, opts *Options) *Driver {
 	if opts == nil {
 		opts = &Options{SessionTTL: 2 * time.Second}
 	}
-	d, err := New(cli, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
+	return queuetest.Open(t, func() (*Driver, error) { return New(cli, opts) })
 }
 
 // keys lists the keys under prefix.
@@ -247,44 +242,33 @@ func TestNewRejectsBadInput(t *testing.T) {
 }
 
 func TestParseURL(t *testing.T) {
-	for _, tc := range []struct {
-		url, err string
-		check    func(clientv3.Config, *Options) bool
-	}{
-		{url: "etcd://a:1,b:2", check: func(c clientv3.Config, o *Options) bool {
+	type parsed struct {
+		c clientv3.Config
+		o *Options
+	}
+	queuetest.ParseURL(t, func(u *url.URL) (parsed, error) {
+		c, o, err := parseURL(u)
+		return parsed{c, o}, err
+	}, []queuetest.URLCase[parsed]{
+		{URL: "etcd://a:1,b:2", Check: func(p parsed) bool {
+			c, o := p.c, p.o
 			return strings.Join(c.Endpoints, ",") == "a:1,b:2" && o.Prefix == "" && c.TLS == nil
 		}},
-		{url: "etcd://a/locks/?session_ttl=15s", check: func(c clientv3.Config, o *Options) bool {
+		{URL: "etcd://a/locks/?session_ttl=15s", Check: func(p parsed) bool {
+			c, o := p.c, p.o
 			return c.Endpoints[0] == "a:2379" && o.Prefix == "locks/" && o.SessionTTL == 15*time.Second
 		}},
-		{url: "etcd://a//locks/", check: func(c clientv3.Config, o *Options) bool { return o.Prefix == "/locks/" }},
-		{url: "etcd://u:s3cret@a?tls=true&server_name=x", check: func(c clientv3.Config, o *Options) bool {
+		{URL: "etcd://a//locks/", Check: func(p parsed) bool { return p.o.Prefix == "/locks/" }},
+		{URL: "etcd://u:s3cret@a?tls=true&server_name=x", Check: func(p parsed) bool {
+			c := p.c
 			return c.Username == "u" && c.Password == "s3cret" && c.TLS != nil && c.TLS.ServerName == "x"
 		}},
-		{url: "etcd://u:s3cret@a?bogus=1", err: `unknown url parameter "bogus"`},
-		{url: "etcd://a?session_ttl=-1s", err: "session_ttl"},
-		{url: "etcd://a?cert_file=x", err: "together"},
-		{url: "etcd://u:s3cret@a?ca_file=/nonexistent", err: "ca_file"},
-		{url: "etcd:///x", err: "no hosts"},
-	} {
-		u, err := url.Parse(tc.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, o, err := parseURL(u)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: err %v, want %q", tc.url, err, tc.err)
-			}
-			if err != nil && strings.Contains(err.Error(), "s3cret") {
-				t.Errorf("%s: error shows the password: %v", tc.url, err)
-			}
-			continue
-		}
-		if err != nil || !tc.check(c, o) {
-			t.Errorf("%s: %+v %+v %v", tc.url, c, o, err)
-		}
-	}
+		{URL: "etcd://u:s3cret@a?bogus=1", Err: `unknown url parameter "bogus"`},
+		{URL: "etcd://a?session_ttl=-1s", Err: "session_ttl"},
+		{URL: "etcd://a?cert_file=x", Err: "together"},
+		{URL: "etcd://u:s3cret@a?ca_file=/nonexistent", Err: "ca_file"},
+		{URL: "etcd:///x", Err: "no hosts"},
+	})
 }
 
 func TestOpenURL(t *testing.T) {

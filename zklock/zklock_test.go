@@ -65,12 +65,7 @@ func newTestDriver(t testing.TB, conn *zk.Conn, opts *Options) *Driver {
 	if opts == nil {
 		opts = &Options{SessionTimeout: testSession}
 	}
-	d, err := New(conn, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
+	return queuetest.Open(t, func() (*Driver, error) { return New(conn, opts) })
 }
 
 // children lists the lock nodes under path.
@@ -272,40 +267,29 @@ func TestNewRejectsBadInput(t *testing.T) {
 }
 
 func TestParseURL(t *testing.T) {
-	for _, tc := range []struct {
-		url, err string
-		check    func([]string, *Options, string) bool
-	}{
-		{url: "zk://a:1,b:2", check: func(s []string, o *Options, auth string) bool {
+	type parsed struct {
+		s    []string
+		o    *Options
+		auth string
+	}
+	queuetest.ParseURL(t, func(u *url.URL) (parsed, error) {
+		s, o, auth, _, err := parseURL(u)
+		return parsed{s, o, auth}, err
+	}, []queuetest.URLCase[parsed]{
+		{URL: "zk://a:1,b:2", Check: func(p parsed) bool {
+			s, o, auth := p.s, p.o, p.auth
 			return strings.Join(s, ",") == "a:1,b:2" && o.Root == "" && auth == ""
 		}},
-		{url: "zk://a/locks/app?session_timeout=5s&acl=creator_read", err: "creator needs"},
-		{url: "zk://u:s3cret@a/locks/app?session_timeout=5s&acl=creator_read", check: func(s []string, o *Options, auth string) bool {
+		{URL: "zk://a/locks/app?session_timeout=5s&acl=creator_read", Err: "creator needs"},
+		{URL: "zk://u:s3cret@a/locks/app?session_timeout=5s&acl=creator_read", Check: func(p parsed) bool {
+			s, o, auth := p.s, p.o, p.auth
 			return s[0] == "a:2181" && o.Root == "/locks/app" && o.SessionTimeout == 5*time.Second && auth == "u:s3cret" && len(o.ACL) == 2
 		}},
-		{url: "zk://u:s3cret@a?bogus=1", err: `unknown url parameter "bogus"`},
-		{url: "zk://a?acl=everyone", err: "acl"},
-		{url: "zk://a/x/", err: "root"},
-		{url: "zk:///x", err: "no hosts"},
-	} {
-		u, err := url.Parse(tc.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, o, auth, _, err := parseURL(u)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: err %v, want %q", tc.url, err, tc.err)
-			}
-			if err != nil && strings.Contains(err.Error(), "s3cret") {
-				t.Errorf("%s: error shows the password: %v", tc.url, err)
-			}
-			continue
-		}
-		if err != nil || !tc.check(s, o, auth) {
-			t.Errorf("%s: %v %+v %q %v", tc.url, s, o, auth, err)
-		}
-	}
+		{URL: "zk://u:s3cret@a?bogus=1", Err: `unknown url parameter "bogus"`},
+		{URL: "zk://a?acl=everyone", Err: "acl"},
+		{URL: "zk://a/x/", Err: "root"},
+		{URL: "zk:///x", Err: "no hosts"},
+	})
 }
 
 func TestOpenURLWithDigestAuth(t *testing.T) {

@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,6 +86,50 @@ func Main(m *testing.M, pkg string, start func(int) (*testserver.Cluster, error)
 		}
 	}
 	os.Exit(code)
+}
+
+// Open calls open and fails t on an error; the driver is closed when t
+// ends.
+func Open[D interface{ Close() error }](t testing.TB, open func() (D, error)) D {
+	t.Helper()
+	d, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// URLCase is one case for ParseURL: a URL and either the text its error
+// must contain or a check of what it parses into.
+type URLCase[P any] struct {
+	URL, Err string
+	Check    func(P) bool
+}
+
+// ParseURL parses each case's URL with parse. An error must contain Err
+// and never the password "s3cret"; a success must pass Check.
+func ParseURL[P any](t *testing.T, parse func(*url.URL) (P, error), cases []URLCase[P]) {
+	t.Helper()
+	for _, tc := range cases {
+		u, err := url.Parse(tc.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := parse(u)
+		if tc.Err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.Err) {
+				t.Errorf("%s: err %v, want %q", tc.URL, err, tc.Err)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("%s: error shows the password: %v", tc.URL, err)
+			}
+			continue
+		}
+		if err != nil || !tc.Check(p) {
+			t.Errorf("%s: %+v %v", tc.URL, p, err)
+		}
+	}
 }
 
 // Req is a request of owner for name.

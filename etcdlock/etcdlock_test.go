@@ -272,23 +272,7 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestOpenURL(t *testing.T) {
-	u, _ := url.Parse("etcd://" + strings.Join(shared.Endpoints(), ",") + "/openurl/?session_ttl=2s")
-	d, err := OpenURL(queuetest.Ctx(t, 10*time.Second), u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	g, err := d.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Release(queuetest.Ctx(t, 5*time.Second), queuetest.Lease("x", "A", g)); err != nil {
-		t.Fatal(err)
-	}
-	bad, _ := url.Parse("etcd://127.0.0.1:1?dial_timeout=300ms")
-	if _, err := OpenURL(queuetest.Ctx(t, 5*time.Second), bad); err == nil {
-		t.Fatal("OpenURL to a closed port succeeded")
-	}
+	queuetest.OpenURL(t, OpenURL, "etcd://"+strings.Join(shared.Endpoints(), ",")+"/openurl/?session_ttl=2s", "etcd://127.0.0.1:1?dial_timeout=300ms", nil)
 }
 
 func TestInspect(t *testing.T) {

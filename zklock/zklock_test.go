@@ -293,28 +293,13 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestOpenURLWithDigestAuth(t *testing.T) {
-	u, _ := url.Parse("zk://alice:pw@" + strings.Join(shared.Endpoints(), ",") + "/authlocks?session_timeout=2s&acl=creator")
-	d, err := OpenURL(queuetest.Ctx(t, 20*time.Second), u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	g, err := d.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Without alice's credentials the queue cannot be joined.
-	stranger := newTestDriver(t, newConn(t, shared.Endpoints()), &Options{Root: "/authlocks", SessionTimeout: testSession})
-	if _, err := stranger.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "B")); !errors.Is(err, zk.ErrNoAuth) {
-		t.Fatalf("TryAcquire without auth: %v, want ErrNoAuth", err)
-	}
-	if _, err := d.Release(queuetest.Ctx(t, 5*time.Second), queuetest.Lease("x", "A", g)); err != nil {
-		t.Fatal(err)
-	}
-	bad, _ := url.Parse("zk://127.0.0.1:1?connect_timeout=300ms")
-	if _, err := OpenURL(queuetest.Ctx(t, 5*time.Second), bad); err == nil {
-		t.Fatal("OpenURL to a closed port succeeded")
-	}
+	queuetest.OpenURL(t, OpenURL, "zk://alice:pw@"+strings.Join(shared.Endpoints(), ",")+"/authlocks?session_timeout=2s&acl=creator", "zk://127.0.0.1:1?connect_timeout=300ms", func() {
+		// Without alice's credentials the queue cannot be joined.
+		stranger := newTestDriver(t, newConn(t, shared.Endpoints()), &Options{Root: "/authlocks", SessionTimeout: testSession})
+		if _, err := stranger.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "B")); !errors.Is(err, zk.ErrNoAuth) {
+			t.Fatalf("TryAcquire without auth: %v, want ErrNoAuth", err)
+		}
+	})
 }
 
 // kazooScript holds or tries a kazoo Lock, driven over stdin/stdout.

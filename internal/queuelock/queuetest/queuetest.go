@@ -461,6 +461,39 @@ func BehindForeign(t *testing.T, ctx context.Context, be Backend, d Driver, name
 	return <-got
 }
 
+// OpenURL opens a driver from rawURL with open, takes and releases the lock
+// "x" through it (running between, when not nil, while it is held), and
+// checks that opening badURL (a closed port with a short connect timeout)
+// fails.
+func OpenURL(t *testing.T, open func(context.Context, *url.URL) (driver.Driver, error), rawURL, badURL string, between func()) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := open(Ctx(t, 20*time.Second), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	g, err := d.TryAcquire(Ctx(t, 5*time.Second), Req("x", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if between != nil {
+		between()
+	}
+	if _, err := d.Release(Ctx(t, 5*time.Second), Lease("x", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := url.Parse(badURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := open(Ctx(t, 5*time.Second), bad); err == nil {
+		t.Fatal("OpenURL to a closed port succeeded")
+	}
+}
+
 // Inspect: Inspect lists the locks under a prefix sorted by name, with the
 // holder's hold count (2 on "insp/x", re-entered) and waiters (1 on
 // "insp/x"), and nothing for a prefix no name has. extra are more names

@@ -151,6 +151,12 @@ func (e *redactedError) Error() string {
 
 func (e *redactedError) Unwrap() error { return e.err }
 
+// RedactError is for URLOpeners: it returns err with u's password and the
+// values of secret-looking query parameters replaced by "xxxxx" in its text
+// (errors.Is and errors.As still see the original). Client libraries
+// sometimes echo a connection string in their errors.
+func RedactError(err error, u *url.URL) error { return redact(err, u) }
+
 // BadURL is for URLOpeners: it reports a malformed URL, an unknown parameter
 // or a bad parameter value as an *InvalidArgumentError naming "url", so that
 // callers (and the dlock command's exit code) can tell bad input from an

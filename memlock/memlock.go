@@ -256,9 +256,12 @@ func (d *Driver) Resume() {
 
 // Kill makes every later call fail with ErrInjected, without releasing
 // anything: the backend sees a crashed client whose leases expire by TTL.
-func (d *Driver) Kill() {
+func (d *Driver) Kill() { d.stop(&d.killed) }
+
+// stop sets *flag and ends the driver's subscriptions.
+func (d *Driver) stop(flag *bool) {
 	d.mu.Lock()
-	d.killed = true
+	*flag = true
 	subs := d.subs
 	d.subs = nil
 	d.mu.Unlock()
@@ -454,14 +457,7 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 
 // Close implements driver.Driver. Leases still held are left to expire.
 func (d *Driver) Close() error {
-	d.mu.Lock()
-	d.closed = true
-	subs := d.subs
-	d.subs = nil
-	d.mu.Unlock()
-	for s := range subs {
-		_ = s.Close()
-	}
+	d.stop(&d.closed)
 	return nil
 }
 

@@ -133,14 +133,5 @@ func parseURL(u *url.URL) ([]*redis.Options, *Options, error) {
 	return opts, o, nil
 }
 
-// scrub removes u's password from err's text.
-func scrub(err error, u *url.URL) error {
-	if err == nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" || !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
-}
+// scrub removes u's secrets from err's text.
+func scrub(err error, u *url.URL) error { return dlock.RedactError(err, u) }

@@ -220,17 +220,30 @@ func (s *suite) benchHotLock(b *testing.B, contenders int) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	if len(handoffs) > 0 {
-		sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
-		p50 := handoffs[len(handoffs)/2]
-		p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
-		b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
-		b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
-		if rtt > 0 {
-			b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
-		}
+	ReportHandoffs(b, handoffs, rtt)
+}
+
+// ReportHandoffs reports hand-off latencies as the metrics handoff-p50-µs,
+// handoff-p99-µs and, when rtt is known, handoff-p50/rtt (the median over one
+// raw round trip), so that benchmarks of other lock implementations (e.g. a
+// backend's native lock, measured beside dlock's) print comparable numbers.
+// It sorts handoffs in place.
+func ReportHandoffs(b *testing.B, handoffs []time.Duration, rtt time.Duration) {
+	if len(handoffs) == 0 {
+		return
+	}
+	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
+	p50 := handoffs[len(handoffs)/2]
+	p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
+	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
+	if rtt > 0 {
+		b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
 	}
 }
+
+// Median returns the median of ds without changing ds (0 for none).
+func Median(ds []time.Duration) time.Duration { return median(ds) }
 
 func (s *suite) benchManyLocks(b *testing.B) {
 	ctx := context.Background()

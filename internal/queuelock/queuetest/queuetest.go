@@ -20,6 +20,7 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/locktest"
 )
 
 // Driver is a queue-based driver.
@@ -654,7 +655,7 @@ func NativeHotLock(b *testing.B, roundTripFloor func(context.Context) (func(cont
 			}
 			cleanup()
 			lock, unlock := newLocks(b, n)
-			reportHandoffs(b, hotLock(b, n, lock, unlock), median(ds))
+			locktest.ReportHandoffs(b, hotLock(b, n, lock, unlock), locktest.Median(ds))
 		})
 	}
 }
@@ -709,24 +710,4 @@ func hotLock(b *testing.B, contenders int, lock, unlock func(g int) error) []tim
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 	return handoffs
-}
-
-func reportHandoffs(b *testing.B, handoffs []time.Duration, rtt time.Duration) {
-	if len(handoffs) == 0 {
-		return
-	}
-	sort.Slice(handoffs, func(i, j int) bool { return handoffs[i] < handoffs[j] })
-	p50 := handoffs[len(handoffs)/2]
-	p99 := handoffs[min(len(handoffs)-1, len(handoffs)*99/100)]
-	b.ReportMetric(float64(p50.Microseconds()), "handoff-p50-µs")
-	b.ReportMetric(float64(p99.Microseconds()), "handoff-p99-µs")
-	if rtt > 0 {
-		b.ReportMetric(float64(p50)/float64(rtt), "handoff-p50/rtt")
-	}
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
 }

@@ -63,6 +63,11 @@ type Ops[H comparable] struct {
 // prefixes the error returned when ctx ends while waiting.
 func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, what string, ops Ops[H]) (driver.Grant, error) {
 	hk := holdKey{name, owner}
+	// dropped is a hold that Check reported gone; if the fresh enqueue finds
+	// the very same grant (same token: create revisions and czxids are
+	// unique), the check was wrong, and the hold is taken back with its
+	// handle and count rather than restarted at one.
+	var dropped *hold[H]
 	for {
 		hs.mu.Lock()
 		h := hs.m[hk]
@@ -75,9 +80,13 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 			hs.mu.Unlock()
 			g, err := ops.Enqueue()
 			hs.mu.Lock()
-			if err != nil {
+			switch {
+			case err != nil:
 				delete(hs.m, hk)
-			} else {
+			case dropped != nil && ops.Grant(dropped.h, 1, g.Sent).Token == g.Token:
+				h.h, h.count = dropped.h, dropped.count+1
+				g = ops.Grant(h.h, h.count, g.Sent)
+			default:
 				h.h, h.count = g.Handle.(H), 1
 			}
 			close(h.pending)
@@ -113,6 +122,7 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 		}
 		if !ok {
 			delete(hs.m, hk) // lost: the old lease will see ErrNotHeld
+			dropped = h
 			hs.mu.Unlock()
 			continue
 		}

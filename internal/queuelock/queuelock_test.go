@@ -21,6 +21,7 @@ type backend struct {
 	held    map[*handle]bool
 	enqueue func() error // when not nil, runs before a fresh grant
 	reenter error
+	adopt   *handle // when not nil, Enqueue finds this grant already in place
 }
 
 func (b *backend) ops(ctx context.Context) Ops[*handle] {
@@ -31,15 +32,18 @@ func (b *backend) ops(ctx context.Context) Ops[*handle] {
 					return driver.Grant{}, err
 				}
 			}
+			if b.adopt != nil { // the backend finds this owner's grant in place
+				return driver.Grant{Handle: &handle{b.adopt.id}, Token: uint64(b.adopt.id), Count: 1}, nil
+			}
 			b.next++
 			h := &handle{b.next}
 			b.held[h] = true
-			return driver.Grant{Handle: h, Count: 1}, nil
+			return driver.Grant{Handle: h, Token: uint64(h.id), Count: 1}, nil
 		},
 		Check:   b.check,
 		Reenter: func(*handle) error { return b.reenter },
 		Grant: func(h *handle, n int, sent time.Time) driver.Grant {
-			return driver.Grant{Handle: h, Count: n, Sent: sent}
+			return driver.Grant{Handle: h, Token: uint64(h.id), Count: n, Sent: sent}
 		},
 	}
 }
@@ -88,6 +92,22 @@ func TestLostHoldStartsAfresh(t *testing.T) {
 	g2, err := hs.Acquire(ctx, "n", "o", false, "test", b.ops(ctx))
 	if err != nil || g2.Count != 1 || g2.Handle == g1.Handle {
 		t.Fatalf("acquire after loss: %+v, %v; want a fresh grant", g2, err)
+	}
+}
+
+// A check that wrongly reports a grant gone does not reset the hold count
+// when the fresh enqueue finds the same grant (same token) in place.
+func TestFalseLossKeepsTheHold(t *testing.T) {
+	ctx := context.Background()
+	b := newBackend()
+	var hs Holds[*handle]
+	g1, _ := hs.Acquire(ctx, "n", "o", false, "test", b.ops(ctx))
+	h1 := g1.Handle.(*handle)
+	b.held[h1] = false // the check errs ...
+	b.adopt = h1       // ... but the grant is still there
+	g2, err := hs.Acquire(ctx, "n", "o", false, "test", b.ops(ctx))
+	if err != nil || g2.Count != 2 || g2.Handle != g1.Handle || g2.Token != g1.Token {
+		t.Fatalf("re-entry after a false loss: %+v, %v; want count 2 on the same handle", g2, err)
 	}
 }
 

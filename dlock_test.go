@@ -27,6 +27,18 @@ func newMem(t *testing.T, opts *dlock.Options) (*dlock.Client, *memlock.Driver) 
 	return c, d
 }
 
+// eventually polls cond until it holds, failing t after within.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond) // the polling interval
+	}
+}
+
 func waitDone(t *testing.T, l *dlock.Lease, d time.Duration) {
 	t.Helper()
 	select {
@@ -143,13 +155,7 @@ func TestRenewalIsBatched(t *testing.T) {
 	}
 	b := d.Backend()
 	start := b.Calls("renew")
-	deadline := time.Now().Add(10 * time.Second)
-	for b.Calls("renew")-start < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d renewals in 10s", b.Calls("renew")-start)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a counter, with a deadline
-	}
+	eventually(t, 10*time.Second, "4 renewal ticks", func() bool { return b.Calls("renew")-start >= 4 })
 	took := b.Calls("renew") - start
 	for _, l := range leases {
 		if l.Err() != nil {
@@ -285,11 +291,9 @@ func TestCloseStopsWaiters(t *testing.T) {
 		_, err := b.NewMutex("w", nil).Lock(context.Background())
 		errc <- err
 	}()
-	// Wait until the waiter is subscribed, then close its client.
-	deadline := time.Now().Add(5 * time.Second)
-	for backend.Calls("acquire") < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	// Wait until the waiter has subscribed and tried again, then close its
+	// client.
+	eventually(t, 5*time.Second, "the waiter's second attempt", func() bool { return backend.Calls("acquire") >= 2 })
 	_ = b.Close()
 	select {
 	case err := <-errc:
@@ -411,11 +415,5 @@ func TestLossWatchersEndWithTheirLeases(t *testing.T) {
 			t.Fatalf("Unlock: %v", err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before+5 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after 200 grants, %d before: loss watchers leak", runtime.NumGoroutine(), before)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a count, with a deadline
-	}
+	eventually(t, 5*time.Second, "loss watchers to stop after 200 grants", func() bool { return runtime.NumGoroutine() <= before+5 })
 }

@@ -20,20 +20,27 @@ BENCHTIME ?= 1s
 CI_ALLOWED_SKIPS ?= session-bound backend: a lease lives as long as its session|only runs as a child of the multi-process tests
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test deps lint bench check-fresh
+.PHONY: all test deps lint tidy-check bench check-fresh
 
 all: test
 
 deps:
 	@scripts/install-deps.sh
 
-test: deps
+# The tests run only once the code is formatted, vetted, staticcheck-clean
+# and go.mod is tidy: CI runs `make test`, so these gates guard every landing.
+test: deps lint tidy-check
 	@$(GO) test -race -timeout $(TIMEOUT) -json $(TESTFLAGS) $(PKGS) | $(GO) run ./scripts/testreport -allow '$(CI_ALLOWED_SKIPS)'
 
 lint:
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
-	$(GO) run $(STATICCHECK) $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) vet $(PKGS)
+	@$(GO) run $(STATICCHECK) $(PKGS)
+	@echo "lint: gofmt, go vet and staticcheck clean"
+
+# tidy-check fails when go.mod or go.sum is not what `go mod tidy` would write.
+tidy-check:
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum not tidy: run 'go mod tidy'"; $(GO) mod tidy -diff; exit 1; }
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout $(TIMEOUT) $(PKGS)

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/openurl"
 )
 
 // Client hands out locks on one backend. It owns the driver it was given:
@@ -30,6 +31,10 @@ type Client struct {
 	// (usually one per session), not one per lease; it stops when its last
 	// lease ends.
 	lostWatch map[<-chan struct{}]*lostWatcher
+	// retries holds the releases whose outcome was unknown and that are
+	// being retried in the background (see retryRelease).
+	retries map[*releaseRetry]struct{}
+	retryWG sync.WaitGroup
 
 	renew    *renewer
 	closing  chan struct{}
@@ -43,8 +48,8 @@ type Client struct {
 // Open connects to the backend named by rawURL, whose scheme selects a
 // registered driver (import the driver package for its side effect, e.g.
 // _ "github.com/dlock/dlock/redislock"). Query parameters ttl,
-// renew_interval, lock_delay, wait_min, wait_max, drift and release_timeout
-// set the Client's Options; the rest belong to the driver, which refuses any
+// renew_interval, lock_delay, wait_min, wait_max, drift, release_timeout and
+// fail_fast set the Client's Options; the rest belong to the driver, which refuses any
 // it does not know. A malformed URL, an unknown parameter or a bad value is
 // reported as an *InvalidArgumentError (wrapping ErrInvalid); a backend that
 // cannot be reached as an *OpError. Errors never contain the URL's password
@@ -66,7 +71,7 @@ func Open(ctx context.Context, rawURL string) (*Client, error) {
 	if err := takeClientParams(u, &o); err != nil {
 		return nil, err
 	}
-	shown := RedactURL(u)
+	shown := openurl.RedactURL(u)
 	d, err := open(ctx, u)
 	if err != nil {
 		switch {
@@ -123,11 +128,12 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 		log:       o.Logger,
 		leases:    map[*Lease]struct{}{},
 		lostWatch: map[<-chan struct{}]*lostWatcher{},
+		retries:   map[*releaseRetry]struct{}{},
 		closing:   make(chan struct{}),
 	}
 	c.closeCtx, c.stopCtx = context.WithCancel(context.Background())
 	if c.log == nil {
-		c.log = slog.New(discardHandler{})
+		c.log = slog.New(slog.DiscardHandler)
 	}
 	if l, ok := d.(driver.Limiter); ok {
 		c.limits = l.Limits()
@@ -140,10 +146,6 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 	}()
 	return c, nil
 }
-
-// Driver returns the driver the Client uses, for capability checks and
-// driver-specific calls.
-func (c *Client) Driver() driver.Driver { return c.d }
 
 // LockInfo describes one lock, as Inspect reports it.
 type LockInfo = driver.LockInfo
@@ -198,9 +200,12 @@ func (c *Client) Do(ctx context.Context, name string, opts *MutexOptions, fn fun
 
 // Close releases every lease the Client holds (best effort, in parallel,
 // bounded by Options.ReleaseTimeout), ends them with ErrClosed, stops every
-// goroutine the Client started and closes the driver. Lock calls waiting at
-// the time return ErrClosed. Close is idempotent; later calls return the
-// first call's result.
+// goroutine the Client started and closes the driver. Releases that an
+// earlier Unlock left unconfirmed, and that were still being retried in the
+// background, get one last attempt within the same bound; a session-bound
+// backend's driver then ends the session, which frees whatever it still
+// holds. Lock calls waiting at the time return ErrClosed. Close is
+// idempotent; later calls return the first call's result.
 func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.mu.Lock()
@@ -212,6 +217,16 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		close(c.closing)
 		c.stopCtx()
+		// The background releases stop at once (closeCtx cancels any
+		// attempt in flight); those not confirmed get a last attempt below.
+		c.retryWG.Wait()
+		c.mu.Lock()
+		retries := make([]*releaseRetry, 0, len(c.retries))
+		for p := range c.retries {
+			retries = append(retries, p)
+		}
+		clear(c.retries)
+		c.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.ReleaseTimeout)
 		sem := make(chan struct{}, 16)
@@ -230,6 +245,18 @@ func (c *Client) Close() error {
 				}
 				l.end(ErrClosed)
 			}(l)
+		}
+		for _, p := range retries {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(p *releaseRetry) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if _, err := c.d.Release(ctx, p.dl); err != nil && !errors.Is(err, ErrNotHeld) {
+					c.log.Warn("dlock: last attempt of a background release on close failed; the lock will expire by TTL or with the session",
+						"op", p.op, "name", p.dl.Name, "err", err)
+				}
+			}(p)
 		}
 		wg.Wait()
 		cancel()
@@ -332,10 +359,3 @@ func (c *Client) wrap(op, name string, ctx context.Context, err error) error {
 	}
 	return &OpError{Op: op, Name: name, Err: err}
 }
-
-type discardHandler struct{}
-
-func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
-func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
-func (h discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h discardHandler) WithGroup(string) slog.Handler           { return h }

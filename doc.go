@@ -55,6 +55,34 @@
 // Lock retries with jittered exponential backoff (Options.WaitMin, WaitMax),
 // never sleeping past the moment the holder's lease runs out.
 //
+// A waiting Lock rides out backend failures: a failed attempt is logged and
+// retried with the same backoff until ctx ends, and the error then wraps both
+// ctx.Err() and the last backend error. Options.FailFast (URL fail_fast=true)
+// or MutexOptions.FailFast return the first backend error instead. TryLock
+// always makes exactly one attempt.
+//
+// # Unlock
+//
+// Unlock frees the lock at once. When its outcome is unknown (the backend
+// could not be reached, the reply was lost) Unlock returns the error, and the
+// Client keeps retrying the release in the background until the backend
+// confirms it, the grant's session ends, the lease has certainly expired, or
+// Close (which makes a last attempt), so that no live session keeps a lock
+// its owner gave up. Releases of leases with an explicit MutexOptions.Owner
+// are not retried: with re-entrance, a repeated release could give up
+// another hold of the same owner.
+//
+// # Errors
+//
+// errors.Is tells the outcomes apart through every wrap: ErrLocked (held by
+// someone else), ErrNotHeld, ErrLeaseLost, ErrClosed, ErrUnsupported, a
+// context's error, and ErrInvalid for bad input (an *InvalidArgumentError
+// naming the argument: a lock name, an option, or a URL a driver refused).
+// Any other backend failure is an *OpError wrapping the driver's error.
+// No error Open returns, and nothing the dlock command prints, carries a
+// URL's password or the value of a secret query parameter (password=,
+// sslpassword=, token=, api_key=, …), whatever its length.
+//
 // # Concurrency and resources
 //
 // Client, Mutex and Lease are safe for concurrent use. A Client runs one

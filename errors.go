@@ -31,8 +31,9 @@ var (
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 	// ErrInvalid: an argument was invalid. The error is an
-	// *InvalidArgumentError naming the argument.
-	ErrInvalid = errors.New("dlock: invalid argument")
+	// *InvalidArgumentError naming the argument, or a driver's error
+	// wrapping it.
+	ErrInvalid = driver.ErrInvalid
 )
 
 // InvalidArgumentError reports a bad argument: which one, and what is wrong

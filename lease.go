@@ -33,6 +33,7 @@ type Lease struct {
 	lost      <-chan struct{}
 	cause     func() error
 	autoRenew bool
+	generated bool // owner generated for this grant alone (no explicit Owner)
 
 	done   chan struct{}
 	ctx    context.Context
@@ -43,7 +44,7 @@ type Lease struct {
 	renewEvery time.Duration
 	validUntil time.Time // local monotonic deadline
 	nextRenew  time.Time
-	lossTimer  Timer
+	lossTimer  *time.Timer
 	releasing  bool
 	err        error
 }
@@ -65,17 +66,18 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 		c: c, name: m.name, owner: r.owner, token: g.Token, count: g.Count, handle: g.Handle,
 		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause,
 		autoRenew: every > 0,
+		generated: r.generated,
 		done:      make(chan struct{}),
 		ttl:       ttl, renewEvery: every,
 	}
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(parent))
 	l.validUntil = sent.Add(ttl - drift)
 	l.nextRenew = sent.Add(every)
-	remaining := l.validUntil.Sub(c.opts.Clock.Now())
+	remaining := time.Until(l.validUntil)
 	// The timer may fire at once; deadlinePassed takes l.mu, so it cannot
 	// see the lease before lossTimer is set.
 	l.mu.Lock()
-	l.lossTimer = c.opts.Clock.AfterFunc(remaining, l.deadlinePassed)
+	l.lossTimer = time.AfterFunc(remaining, l.deadlinePassed)
 	l.mu.Unlock()
 	return l
 }
@@ -119,7 +121,7 @@ func (l *Lease) ValidFor() time.Duration {
 	if l.err != nil {
 		return 0
 	}
-	return max(l.validUntil.Sub(l.c.opts.Clock.Now()), 0)
+	return max(time.Until(l.validUntil), 0)
 }
 
 // Extend sets the lease's TTL to ttl from now on the server and uses ttl for
@@ -144,7 +146,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	dl.TTL = ttl
 	rctx, cancel := l.c.detached(ctx)
 	defer cancel()
-	sent := l.c.opts.Clock.Now()
+	sent := time.Now()
 	errs, err := l.c.d.Renew(rctx, []driver.Lease{dl})
 	if err == nil && len(errs) == 1 {
 		err = errs[0]
@@ -152,7 +154,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		err = fmt.Errorf("driver returned %d results for 1 lease", len(errs))
 	}
 	if err != nil {
-		if errors.Is(err, ErrNotHeld) {
+		if gone(err) {
 			l.lose(err)
 			return fmt.Errorf("dlock: extend %q: %w", l.name, ErrNotHeld)
 		}
@@ -181,24 +183,38 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 //
 // Unlock runs on a context detached from ctx's cancellation, bounded by the
 // client's ReleaseTimeout, so a cancelled request never leaves a lock held
-// until its TTL. If the backend cannot be reached, the lease still ends
-// locally (renewal stops) and the lock expires by TTL.
+// until its TTL. If the release fails with its outcome unknown (the backend
+// could not be reached, the reply was lost), Unlock returns that error and the
+// lease ends locally (renewal stops, Err wraps ErrReleased), and the Client
+// keeps retrying the release in the background, with backoff, until the
+// backend confirms it, the grant's session ends, the lease has certainly
+// expired on the server, or the Client is closed (Close makes one last
+// attempt). No live session keeps a lock its owner gave up. A lease with an
+// explicit MutexOptions.Owner is the exception: its release is not retried,
+// since a retry of a release that did take effect would give up another hold
+// of the same owner; its lock is freed when its TTL or session ends.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if !l.beginRelease() {
 		return fmt.Errorf("dlock: unlock %q: %w", l.name, ErrNotHeld)
 	}
 	rctx, cancel := l.c.detached(ctx)
 	defer cancel()
-	_, err := l.c.d.Release(rctx, l.driverLease())
+	dl := l.driverLease()
+	_, err := l.c.d.Release(rctx, dl)
 	switch {
 	case err == nil:
 		l.end(ErrReleased)
 		return nil
-	case errors.Is(err, ErrNotHeld):
+	case gone(err):
 		l.lose(err)
 		return fmt.Errorf("dlock: unlock %q: %w", l.name, ErrNotHeld)
 	default:
-		l.end(fmt.Errorf("%w (release failed, the lock will expire by TTL: %v)", ErrReleased, err))
+		what := "retried in the background"
+		if !l.generated {
+			what = "the lock is freed when its TTL or session ends"
+		}
+		l.end(fmt.Errorf("%w (release failed, %s: %v)", ErrReleased, what, err))
+		l.c.releaseUnknown("unlock", dl, l.lost, l.generated, err)
 		return l.c.wrap("unlock", l.name, rctx, err)
 	}
 }
@@ -242,7 +258,7 @@ func (l *Lease) confirmedLocked(sent time.Time) {
 	valid := sent.Add(l.ttl - l.drift)
 	if valid.After(l.validUntil) {
 		l.validUntil = valid
-		l.lossTimer.Reset(valid.Sub(l.c.opts.Clock.Now()))
+		l.lossTimer.Reset(time.Until(valid))
 	}
 	l.nextRenew = sent.Add(l.renewEvery)
 }
@@ -254,7 +270,7 @@ func (l *Lease) deadlinePassed() {
 		l.mu.Unlock()
 		return
 	}
-	left := l.validUntil.Sub(l.c.opts.Clock.Now())
+	left := time.Until(l.validUntil)
 	if left > 0 { // extended after the timer fired
 		l.lossTimer.Reset(left)
 		l.mu.Unlock()
@@ -297,3 +313,10 @@ func (e *lostError) Error() string {
 }
 
 func (e *lostError) Unwrap() []error { return []error{ErrLeaseLost, e.cause} }
+
+// gone reports whether a driver's answer says the grant no longer exists on
+// the server: the owner does not hold it, or the session it was bound to has
+// ended (which takes every grant on it).
+func gone(err error) bool {
+	return errors.Is(err, ErrNotHeld) || errors.Is(err, driver.ErrSessionLost)
+}

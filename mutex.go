@@ -19,7 +19,6 @@ import (
 type Mutex struct {
 	c    *Client
 	name string
-	opts MutexOptions
 	err  error // construction error, reported on use
 	r    resolved
 }
@@ -28,9 +27,6 @@ type Mutex struct {
 // defaults.
 func (c *Client) NewMutex(name string, opts *MutexOptions) *Mutex {
 	m := &Mutex{c: c, name: name}
-	if opts != nil {
-		m.opts = *opts
-	}
 	if err := checkName(name, c.d); err != nil {
 		m.err = err
 		return m
@@ -48,17 +44,49 @@ func (m *Mutex) Name() string { return m.name }
 // retries with jittered exponential backoff, never sleeping past the moment
 // the holder's lease runs out.
 //
-// Lock returns when the lock is granted, when ctx is done (the error then
-// wraps ctx.Err(), and nothing is left behind on the server), when the client
-// is closed (ErrClosed), or on a backend error (*OpError).
+// A wait rides out backend failures, as flock, consul lock and Redisson's
+// waits do: an attempt that fails with a backend error (an unreachable or
+// paused server, a lost reply, a waiter's session lost while queued) is
+// logged at Warn and retried, with jittered backoff between WaitMin and
+// WaitMax, until ctx ends. Errors that retrying cannot cure are returned at
+// once: invalid arguments (ErrInvalid), options the backend cannot honour
+// (ErrUnsupported), and a closed client (ErrClosed). Set
+// MutexOptions.FailFast or Options.FailFast to return the first backend error
+// instead.
+//
+// Lock returns when the lock is granted, when ctx is done, when the client is
+// closed (ErrClosed), or, with FailFast, on a backend error (*OpError). When
+// ctx ends the error wraps ctx.Err() and nothing is left behind on the server;
+// if backend errors were retried during the wait, it also wraps the last of
+// them (errors.Is finds both), so a caller can tell "the lock stayed held"
+// from "the backend was unreachable".
 func (m *Mutex) Lock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, true)
 }
 
 // TryLock makes one attempt to take the lock. It returns an error wrapping
-// ErrLocked at once if someone else holds it or it is inside a lock-delay.
+// ErrLocked at once if someone else holds it or it is inside a lock-delay,
+// and a backend error (*OpError) at once if the attempt failed: TryLock never
+// retries.
 func (m *Mutex) TryLock(ctx context.Context) (*Lease, error) {
 	return m.acquire(ctx, false)
+}
+
+// errZeroToken is a driver bug, not a transient failure: never retried.
+var errZeroToken = errors.New("driver granted a lock with fencing token 0")
+
+// retryable reports whether a failed attempt of a waiting Lock is worth
+// retrying: a backend failure, not bad input, a refused option, a closed
+// client or a context that ended.
+func retryable(ctx context.Context, err error) bool {
+	switch {
+	case ctx.Err() != nil,
+		errors.Is(err, ErrInvalid), errors.Is(err, ErrUnsupported), errors.Is(err, ErrClosed),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, errZeroToken):
+		return false
+	}
+	return true
 }
 
 func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
@@ -75,7 +103,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	r := m.r
 	explicitOwner := r.owner != ""
 	if !explicitOwner {
-		r.owner = newOwner()
+		r.owner, r.generated = newOwner(), true
 	}
 	req := driver.AcquireRequest{Name: m.name, Owner: r.owner, TTL: r.ttl, LockDelay: r.delay}
 	op := "trylock"
@@ -92,35 +120,76 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	}
 
 	var (
-		g    driver.Grant
-		sent time.Time
-		err  error
+		g       driver.Grant
+		sent    time.Time
+		err     error
+		lastErr error // the last backend error a waiting Lock retried
 	)
-	if q, ok := c.d.(driver.Queuer); ok && wait {
-		sent = c.opts.Clock.Now()
-		g, err = q.Acquire(ctx, req)
-	} else {
-		g, sent, err = m.tryLoop(ctx, req, r, wait, explicitOwner)
-	}
-	if err != nil {
+	bo := newBackoff(r.waitMin, r.waitMax)
+	for {
+		if q, ok := c.d.(driver.Queuer); ok && wait {
+			sent = time.Now()
+			g, err = q.Acquire(ctx, req)
+			if err == nil && g.Token == 0 {
+				err = errZeroToken
+			}
+		} else {
+			g, sent, err = m.tryLoop(ctx, req, r, wait, explicitOwner)
+		}
+		if err == nil {
+			break
+		}
 		if context.Cause(ctx) == ErrClosed {
 			return nil, ErrClosed
 		}
 		if errors.Is(err, ErrLocked) {
 			return nil, fmt.Errorf("dlock: %s %q: %w", op, m.name, err)
 		}
-		return nil, c.wrap(op, m.name, ctx, err)
+		if !wait || r.failFast || !retryable(ctx, err) {
+			if lastErr != nil && ctx.Err() != nil {
+				return nil, waitEnded(op, m.name, ctx, lastErr)
+			}
+			return nil, c.wrap(op, m.name, ctx, err)
+		}
+		lastErr = err
+		if !explicitOwner {
+			// A grant of the failed attempt may linger under the old
+			// owner until its clean-up release gets through: never
+			// re-enter it by accident.
+			r.owner = newOwner()
+			req.Owner = r.owner
+		}
+		d := bo.next()
+		c.log.Warn("dlock: lock attempt failed, retrying", "name", m.name, "retry_in", d, "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if context.Cause(ctx) == ErrClosed {
+				return nil, ErrClosed
+			}
+			return nil, waitEnded(op, m.name, ctx, lastErr)
+		case <-t.C:
+		}
 	}
-	if !g.Sent.IsZero() && g.Sent.After(sent) {
+	if !g.Sent.IsZero() {
+		// The driver knows when the request that last proved the grant's
+		// lease was sent: after a long queue wait that is later than our
+		// call, but on a shared session (an etcd lease kept alive by its
+		// own loop) it can be earlier, and the server counts from then.
 		sent = g.Sent
 	}
 	l := newLease(c, m, r, g, sent, ctx)
 	if l.ValidFor() == 0 {
 		// The grant arrived after its own validity deadline (a very slow
 		// reply, or this process was paused): it cannot be relied on.
+		dl := l.driverLease()
 		rctx, rcancel := c.detached(ctx)
-		_, _ = c.d.Release(rctx, l.driverLease())
+		_, rerr := c.d.Release(rctx, dl)
 		rcancel()
+		if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+			c.releaseUnknown("late grant", dl, g.Lost, r.generated, rerr)
+		}
 		l.end(&lostError{cause: errors.New("granted after its validity deadline")})
 		return nil, &OpError{Op: op, Name: m.name, Err: fmt.Errorf("the grant arrived after its validity deadline (TTL %v); the lock was released", l.ttl)}
 	}
@@ -135,6 +204,13 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	return l, nil
 }
 
+// waitEnded is the error of a waiting Lock whose context ended after it had
+// retried backend errors: it wraps both ctx's error and the last backend
+// error.
+func waitEnded(op, name string, ctx context.Context, last error) error {
+	return fmt.Errorf("dlock: %s %q: %w (after retrying backend errors; the last: %w)", op, name, ctx.Err(), last)
+}
+
 // tryLoop calls TryAcquire until it succeeds, fails for a reason other than
 // ErrLocked, or (when wait is false) after the first attempt.
 func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolved, wait, explicitOwner bool) (driver.Grant, time.Time, error) {
@@ -145,7 +221,6 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 		}
 	}()
 	c := m.c
-	clock := c.opts.Clock
 	// Subscribe only once the lock turns out to be held, so an uncontended
 	// Lock costs one round trip. The attempt right after subscribing cannot
 	// miss a release that happened before the subscription.
@@ -166,23 +241,28 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 		}
 		sub, notify = s, s.C()
 	}
-	backoff := r.waitMin
-	for attempt := 0; ; attempt++ {
-		sent := clock.Now()
+	bo := newBackoff(r.waitMin, r.waitMax)
+	for {
+		sent := time.Now()
 		g, err := c.d.TryAcquire(ctx, req)
 		if err == nil {
 			if g.Token == 0 {
-				return driver.Grant{}, sent, errors.New("driver granted a lock with fencing token 0")
+				return driver.Grant{}, sent, errZeroToken
 			}
 			return g, sent, nil
 		}
 		if !errors.Is(err, ErrLocked) {
 			if !explicitOwner && !errors.Is(err, ErrUnsupported) && !errors.Is(err, ErrInvalid) {
 				// The outcome is unknown: the grant may exist on the server
-				// under our fresh owner. Release it so nothing is left behind.
+				// under our fresh owner. Release it so nothing is left behind,
+				// and keep trying in the background if that fails too.
+				dl := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, LockDelay: req.LockDelay}
 				rctx, cancel := c.detached(ctx)
-				_, _ = c.d.Release(rctx, driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, LockDelay: req.LockDelay})
+				_, rerr := c.d.Release(rctx, dl)
 				cancel()
+				if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+					c.releaseUnknown("clean-up", dl, nil, true, rerr)
+				}
 			}
 			return driver.Grant{}, sent, err
 		}
@@ -194,33 +274,52 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 				continue // try again now that a release cannot be missed
 			}
 		}
-		// Full jitter over [waitMin, backoff], backoff doubling to waitMax,
-		// never past the moment the holder's lease (plus delay) runs out.
-		d := r.waitMin
-		if backoff > r.waitMin {
-			d += rand.N(backoff - r.waitMin + 1)
-		}
-		backoff = min(backoff*2, r.waitMax)
+		d := bo.next()
+		// Never wait past the moment the holder's lease (plus delay) runs
+		// out; with notifications, wait for them rather than poll.
 		var le *driver.LockedError
 		if errors.As(err, &le) && le.RetryAfter > 0 {
-			if notify != nil {
+			if notify != nil && le.Token != 0 {
 				// Notified backends only need the poll for expiry, which
 				// the holder's remaining time bounds.
 				d = le.RetryAfter + time.Millisecond
+			} else if notify != nil {
+				// A holder of unknown token may not be a dlock client (a
+				// foreign key on Redis): its release is not notified, so
+				// poll at the wait ceiling as well as at its expiry.
+				d = min(le.RetryAfter+time.Millisecond, r.waitMax)
 			} else if le.RetryAfter+time.Millisecond < d {
 				d = le.RetryAfter + time.Millisecond
 			}
 		} else if notify != nil {
 			d = r.waitMax
 		}
-		t := clock.NewTimer(d)
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return driver.Grant{}, sent, ctx.Err()
 		case <-notify:
 			t.Stop()
-		case <-t.C():
+		case <-t.C:
 		}
 	}
+}
+
+// backoff draws the waits between attempts: full jitter, each wait uniform
+// over [lo, ceiling], the ceiling doubling from lo up to hi.
+type backoff struct{ lo, hi, ceiling time.Duration }
+
+func newBackoff(lo, hi time.Duration) backoff {
+	return backoff{lo: lo, hi: hi, ceiling: lo}
+}
+
+// next returns the next wait and raises the ceiling.
+func (b *backoff) next() time.Duration {
+	d := b.lo
+	if b.ceiling > b.lo {
+		d += rand.N(b.ceiling - b.lo + 1)
+	}
+	b.ceiling = min(b.ceiling*2, b.hi)
+	return d
 }

@@ -60,11 +60,15 @@ type Options struct {
 	// context detached from the caller's (`release_timeout`). Default
 	// DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
-	// Logger receives renewal failures and lease losses. Default: none.
+	// FailFast makes a waiting Lock return the first backend error (as an
+	// *OpError) instead of retrying it (`fail_fast`, "true" or "false").
+	// Default false: Lock rides out transient backend failures, retrying
+	// with backoff between WaitMin and WaitMax until ctx ends; see
+	// Mutex.Lock.
+	FailFast bool
+	// Logger receives renewal failures, lease losses, retried lock attempts
+	// and background releases. Default: none.
 	Logger *slog.Logger
-	// Clock measures lease validity. Default: the system's monotonic clock.
-	// Tests inject clocks that run fast or slow.
-	Clock Clock
 }
 
 // MutexOptions are one lock's settings. Nil, or a zero field, takes the
@@ -85,6 +89,10 @@ type MutexOptions struct {
 	Owner string
 	// WaitMin and WaitMax override the client's backoff bounds.
 	WaitMin, WaitMax time.Duration
+	// FailFast makes Lock return the first backend error instead of
+	// retrying it, as Options.FailFast does for the whole client. False
+	// takes the client's setting.
+	FailFast bool
 }
 
 // resolved holds the settings a Mutex uses, after defaults.
@@ -92,6 +100,8 @@ type resolved struct {
 	ttl, renew, delay, drift, waitMin, waitMax time.Duration
 	owner                                      string
 	renewSet                                   bool // RenewInterval chosen explicitly
+	failFast                                   bool
+	generated                                  bool // owner generated for one acquire (set by acquire)
 }
 
 func (o *Options) withDefaults() Options {
@@ -113,9 +123,6 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.ReleaseTimeout == 0 {
 		r.ReleaseTimeout = DefaultReleaseTimeout
-	}
-	if r.Clock == nil {
-		r.Clock = SystemClock()
 	}
 	return r
 }
@@ -158,7 +165,9 @@ func (c *Client) resolve(mo *MutexOptions) (resolved, error) {
 	r := resolved{ttl: co.TTL, renew: co.RenewInterval, delay: co.LockDelay, drift: co.Drift,
 		waitMin: co.WaitMin, waitMax: co.WaitMax}
 	r.renewSet = co.RenewInterval != 0
+	r.failFast = co.FailFast
 	if mo != nil {
+		r.failFast = r.failFast || mo.FailFast
 		if err := checkDuration("TTL", mo.TTL, false); err != nil {
 			return r, err
 		}
@@ -238,6 +247,14 @@ var clientParams = map[string]func(o *Options, v string) error{
 	"wait_max":        durParam(func(o *Options) *time.Duration { return &o.WaitMax }),
 	"drift":           durParam(func(o *Options) *time.Duration { return &o.Drift }),
 	"release_timeout": durParam(func(o *Options) *time.Duration { return &o.ReleaseTimeout }),
+	"fail_fast": func(o *Options, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q (use true or false)", v)
+		}
+		o.FailFast = b
+		return nil
+	},
 }
 
 func durParam(field func(*Options) *time.Duration) func(*Options, string) error {

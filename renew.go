@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -32,11 +31,10 @@ func (r *renewer) poke() {
 }
 
 func (r *renewer) run() {
-	clock := r.c.opts.Clock
-	timer := clock.NewTimer(time.Hour)
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		now := clock.Now()
+		now := time.Now()
 		next, batch := r.due(now)
 		if len(batch) > 0 {
 			r.renewBatch(batch)
@@ -46,17 +44,14 @@ func (r *renewer) run() {
 		if !next.IsZero() {
 			wait = max(next.Sub(now), time.Millisecond)
 		}
-		timer.Stop()
-		select {
-		case <-timer.C():
-		default:
-		}
+		// Since Go 1.23 Reset discards a value the timer sent before:
+		// no drain needed.
 		timer.Reset(wait)
 		select {
 		case <-r.c.closing:
 			return
 		case <-r.wake:
-		case <-timer.C():
+		case <-timer.C:
 		}
 	}
 }
@@ -97,8 +92,7 @@ func (r *renewer) due(now time.Time) (next time.Time, batch []*Lease) {
 
 func (r *renewer) renewBatch(batch []*Lease) {
 	c := r.c
-	clock := c.opts.Clock
-	now := clock.Now()
+	now := time.Now()
 	ls := make([]driver.Lease, len(batch))
 	deadline := now.Add(time.Hour)
 	for i, l := range batch {
@@ -113,7 +107,7 @@ func (r *renewer) renewBatch(batch []*Lease) {
 	// deadline of the batch; the loss timers fire then anyway.
 	timeout := max(deadline.Sub(now), 10*time.Millisecond)
 	ctx, cancel := context.WithTimeout(c.closeCtx, timeout)
-	sent := clock.Now()
+	sent := time.Now()
 	errs, err := c.d.Renew(ctx, ls)
 	cancel()
 	if err == nil && len(errs) != len(ls) {
@@ -129,14 +123,15 @@ func (r *renewer) renewBatch(batch []*Lease) {
 			l.mu.Lock()
 			l.confirmedLocked(sent)
 			l.mu.Unlock()
-		case errors.Is(e, ErrNotHeld) || errors.Is(e, driver.ErrSessionLost):
+		case gone(e):
 			l.lose(e)
 		default:
 			// Fate unknown: try again soon, but never past the validity
 			// deadline, which the loss timer enforces on its own.
 			l.mu.Lock()
-			retry := min(l.renewEvery/4, max(l.validUntil.Sub(clock.Now())/3, time.Millisecond))
-			l.nextRenew = clock.Now().Add(max(retry, time.Millisecond))
+			t := time.Now()
+			retry := min(l.renewEvery/4, max(l.validUntil.Sub(t)/3, time.Millisecond))
+			l.nextRenew = t.Add(max(retry, time.Millisecond))
 			l.mu.Unlock()
 			c.log.Warn("dlock: renewal failed, will retry", "name", l.name, "err", e)
 		}

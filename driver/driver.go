@@ -66,6 +66,12 @@ var (
 	ErrNotHeld = errors.New("dlock: lock is not held by this owner")
 	// ErrUnsupported means the backend cannot honour a requested option.
 	ErrUnsupported = errors.New("dlock: not supported by this backend")
+	// ErrInvalid means an argument was bad input: a malformed URL, an
+	// unknown URL parameter, a value out of range. A driver wraps it for
+	// input it refuses (URL openers build such errors with the internal
+	// openurl package); dlock.Open then reports an *InvalidArgumentError
+	// and the dlock command exits 64 rather than "backend unavailable".
+	ErrInvalid = errors.New("dlock: invalid argument")
 	// ErrSessionLost means the session the grant was bound to has ended
 	// (an etcd lease expired, a ZooKeeper session expired, a pinned SQL
 	// connection died). Every grant bound to it is gone.
@@ -98,9 +104,10 @@ type AcquireRequest struct {
 	// Owner identifies the holder: 1 to 128 bytes of printable ASCII. A
 	// request whose Owner holds the lock already re-enters it.
 	Owner string
-	// TTL is how long the grant lives without renewal, at least 1ms.
-	// Session-bound drivers may use their session's TTL instead and report
-	// it in Grant.TTL.
+	// TTL is how long the grant lives without renewal: at least 10ms (the
+	// dlock package's floor) and at least the driver's Limits.MinTTL, rounded
+	// up to its Limits.TTLGranularity. Session-bound drivers may use their
+	// session's TTL instead and report it in Grant.TTL.
 	TTL time.Duration
 	// LockDelay keeps the lock unavailable this long after the grant ends
 	// without a release (expiry, session loss). Zero means none.
@@ -119,10 +126,13 @@ type Grant struct {
 	TTL time.Duration
 	// Sent, if not zero, is when the request that last confirmed this
 	// grant's lease was sent, read from time.Now (so with its monotonic
-	// reading). Queuer drivers whose grant follows a long wait set it to the
-	// send time of the keepalive or check that last proved their session
-	// alive; the dlock package then measures the lease's validity from it.
-	// Zero means when TryAcquire or Acquire was called.
+	// reading). Drivers whose grants live on a shared session set it to the
+	// send time of the keepalive or check that last proved the session
+	// alive: later than the call after a long queue wait, earlier than the
+	// call when the session was last refreshed before it (the server counts
+	// the lease from that refresh, not from the acquire). The dlock package
+	// measures the lease's validity from Sent whichever way it falls. Zero
+	// means when TryAcquire or Acquire was called.
 	Sent time.Time
 	// Handle is driver-private state for this grant (a key, a node path, a
 	// pinned connection). The dlock package hands it back unchanged in
@@ -138,7 +148,10 @@ type Grant struct {
 	Cause func() error
 }
 
-// Lease identifies a grant in Release and Renew calls.
+// Lease identifies a grant in Release and Renew calls. It is the driver's
+// view of one grant (name, owner, token, handle), not the user's
+// dlock.Lease, which the dlock package builds around it and which carries
+// the validity deadline, renewal and loss signalling.
 //
 // Release may be called with Token 0 and a nil Handle: the dlock package does
 // that to clean up after a TryAcquire whose outcome is unknown (the reply was
@@ -168,21 +181,40 @@ type Driver interface {
 	// Release gives up one hold of the lock by l.Owner. It returns the hold
 	// count that remains (0 when the lock is now free, and free at once with
 	// no lock-delay), or an error wrapping ErrNotHeld when l.Owner does not
-	// hold the lock. A Release never affects another owner's grant.
+	// hold the lock (wrapping ErrSessionLost as well when the grant went
+	// with its session). A Release never affects another owner's grant.
+	//
+	// A lease that the dlock package ends because its validity deadline
+	// passed unconfirmed (a paused process, renewals that failed) is not
+	// released through the driver: the backend expires it. A driver that
+	// keeps local state per grant (a pinned connection, a re-entry record)
+	// must therefore end that state on its own once the grant's TTL has run
+	// out since its last confirmation, or it answers later acquires from a
+	// grant the server no longer has.
 	Release(ctx context.Context, l Lease) (remaining int, err error)
 
 	// Renew extends every lease in ls to its TTL from now, in as few round
 	// trips as the backend allows (one per connection is the aim). errs has
-	// one entry per lease: nil when renewed, an error wrapping ErrNotHeld
-	// when that lease is gone (it will never come back), or another error
-	// when its fate is unknown. A non-nil err means no lease could be
-	// renewed and all fates are unknown; errs is then ignored.
+	// one entry per lease: nil when renewed; an error wrapping ErrNotHeld
+	// when that lease is gone (it will never come back); an error wrapping
+	// ErrSessionLost (and, preferably, ErrNotHeld too) when it is gone
+	// because its session ended (an etcd lease, a ZooKeeper session, a
+	// pinned SQL connection); or another error when its fate is unknown.
+	// The dlock package ends a lease at once on ErrNotHeld or
+	// ErrSessionLost, and retries the others until the lease's validity
+	// deadline. A non-nil err means no lease could be renewed and all fates
+	// are unknown; errs is then ignored.
 	Renew(ctx context.Context, ls []Lease) (errs []error, err error)
 
 	// Close releases the driver's own resources (connections, sessions,
-	// goroutines). It does not release locks one by one; the dlock package
-	// has done that already. Locks still held may be freed as a side effect
-	// (a closed ZooKeeper session deletes its nodes) or be left to expire.
+	// goroutines). The dlock package has released every lease it knew of
+	// before calling Close, but a TryAcquire or Acquire may still be in
+	// flight: a driver must not leave such a late grant held on the server
+	// past Close when it can help it (it refuses calls once Close starts,
+	// and releases grants that completed meanwhile before closing its
+	// connections), and never returns a grant to a caller after Close has
+	// begun. Locks still held may also be freed as a side effect (a closed
+	// ZooKeeper session deletes its nodes, a revoked etcd lease its keys).
 	// Close must not close a client the user passed to the driver's
 	// constructor; such a driver only stops what it started itself.
 	Close() error
@@ -192,8 +224,10 @@ type Driver interface {
 // is released (Redis pub/sub, PostgreSQL LISTEN/NOTIFY).
 type Notifier interface {
 	// Subscribe starts listening for releases of name. The dlock package
-	// subscribes before its first TryAcquire, so a release between a failed
-	// attempt and the wait is not missed.
+	// subscribes once a TryAcquire has returned ErrLocked (so an
+	// uncontended Lock costs one round trip), then tries again at once
+	// before it waits: a release between the failed attempt and the
+	// subscription is not missed. A Subscribe error only makes it poll.
 	Subscribe(ctx context.Context, name string) (Subscription, error)
 }
 
@@ -244,8 +278,9 @@ type NameChecker interface {
 
 // Limits bounds the options a backend can honour.
 type Limits struct {
-	// MinTTL is the shortest TTL the backend grants; shorter requests are
-	// refused as invalid. Zero means 1ms.
+	// MinTTL is the shortest TTL the backend grants; the dlock package
+	// refuses shorter requests as invalid before the driver sees them. Zero
+	// means no floor beyond the dlock package's own 10ms.
 	MinTTL time.Duration
 	// TTLGranularity: TTLs are rounded up to a multiple of it. Zero means
 	// exact.

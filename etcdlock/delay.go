@@ -25,16 +25,12 @@ package etcdlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/dlock/dlock/internal/ctxerr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/dlock/dlock/internal/queuelock"
 )
 
 // guardKey is the lock-delay guard of name. Names hold no control
@@ -47,11 +43,6 @@ func (d *Driver) guardKey(name string) string {
 // blocked reports whether a guard of another holder than key exists.
 func blocked(guard []*mvccpb.KeyValue, key string) bool {
 	return len(guard) > 0 && string(guard[0].Value) != key
-}
-
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 // delayLease returns s's delay lease for a lock-delay of delay, granting it
@@ -91,56 +82,6 @@ func (s *session) delayLeases() []clientv3.LeaseID {
 	return ids
 }
 
-// refresh keeps s's delay leases alive and then, only if that worked, s's
-// lease, and records the send time of the latter. A delay lease the server
-// no longer knows (someone revoked it) is forgotten: later guards get a new
-// one.
-func (d *Driver) refresh(ctx context.Context, s *session) error {
-	s.mu.Lock()
-	delays := make(map[int64]clientv3.LeaseID, len(s.delays))
-	for k, v := range s.delays {
-		delays[k] = v
-	}
-	s.mu.Unlock()
-	if len(delays) > 0 {
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		var failed error
-		for secs, id := range delays {
-			wg.Go(func() {
-				_, err := d.cli.KeepAliveOnce(ctx, id)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil:
-				case errors.Is(err, rpctypes.ErrLeaseNotFound):
-					s.mu.Lock()
-					if s.delays[secs] == id {
-						delete(s.delays, secs)
-					}
-					s.mu.Unlock()
-				default:
-					failed = err
-				}
-			})
-		}
-		wg.Wait()
-		if failed != nil {
-			return fmt.Errorf("keep lock-delay lease alive: %w", failed)
-		}
-	}
-	sent := time.Now()
-	resp, err := d.cli.KeepAliveOnce(ctx, s.id)
-	if err != nil {
-		return err
-	}
-	if resp.TTL <= 0 {
-		return rpctypes.ErrLeaseNotFound
-	}
-	s.Refresh(sent)
-	return nil
-}
-
 // setGuard writes h's lock-delay guard for name, if h's key is still there.
 func (d *Driver) setGuard(ctx context.Context, h *handle, name string, delay time.Duration) error {
 	id, err := d.delayLease(ctx, h.sess, delay)
@@ -150,12 +91,13 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, name string, delay tim
 	// Set first: a release must delete the guard even if this write's reply
 	// is lost.
 	h.guarded.Store(true)
+	h.delay.Store(int64(delay))
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
 		Then(clientv3.OpPut(d.guardKey(name), h.key, clientv3.WithLease(id))).
 		Commit()
 	if err != nil {
-		return queuelock.WrapCtx(ctx, "etcdlock: write lock-delay guard", err)
+		return ctxerr.Wrap(ctx, "etcdlock: write lock-delay guard", err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("etcdlock: key %q vanished before its lock-delay guard was written", h.key)

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/queuelock/queuetest"
+	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -25,7 +25,7 @@ import (
 var shared *testserver.Cluster
 
 func TestMain(m *testing.M) {
-	queuetest.Main(m, "etcdlock", testserver.StartEtcd, &shared, goleakOptions()...)
+	queuetest.Main(m, "etcdlock", "ETCD_ENDPOINTS", testserver.StartEtcd, &shared, goleakOptions()...)
 }
 
 // goleakOptions: none. grpc-go's resolver and balancer goroutines finish
@@ -44,9 +44,6 @@ func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 
 func newTestDriver(t testing.TB, cli *clientv3.Client, opts *Options) *Driver {
 	t.Helper()
-	if opts == nil {
-		opts = &Options{SessionTTL: 2 * time.Second}
-	}
 	return queuetest.Open(t, func() (*Driver, error) { return New(cli, opts) })
 }
 
@@ -99,7 +96,7 @@ func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
 	}()
 	queuetest.Eventually(t, 5*time.Second, "B queued", func() bool { return len(keys(t, cli, "t7/")) == 2 })
 	// B's lease ends while it waits (etcd #19597): B must stop with an error.
-	if _, err := cli.Revoke(ctx, b.currentSession().id); err != nil {
+	if _, err := cli.Revoke(ctx, onlySession(t, b).id); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -111,7 +108,7 @@ func TestLeaseLossClosesLostAndStopsWaiters(t *testing.T) {
 		t.Fatal("waiter kept waiting after its lease ended")
 	}
 	// A's lease ends: its grant's Lost closes with ErrSessionLost.
-	if _, err := cli.Revoke(ctx, a.currentSession().id); err != nil {
+	if _, err := cli.Revoke(ctx, ga.Handle.(*handle).sess.id); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -205,12 +202,13 @@ func TestInteropWithConcurrencyMutex(t *testing.T) {
 
 func TestCloseRevokesLease(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
-	d, err := New(newClient(t, shared.Endpoints()), &Options{SessionTTL: 30 * time.Second})
+	d, err := New(newClient(t, shared.Endpoints()), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := queuetest.Ctx(t, 10*time.Second)
-	if _, err := d.TryAcquire(ctx, queuetest.Req("t10", "A")); err != nil {
+	// A lease that would outlive the test: only the revoke deletes the key.
+	if _, err := d.TryAcquire(ctx, reqTTL("t10", "A", 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Close(); err != nil {
@@ -223,7 +221,7 @@ func TestCloseRevokesLease(t *testing.T) {
 
 func TestPrefix(t *testing.T) {
 	cli := newClient(t, shared.Endpoints())
-	d := newTestDriver(t, cli, &Options{Prefix: "/app/locks/", SessionTTL: 2 * time.Second})
+	d := newTestDriver(t, cli, &Options{Prefix: "/app/locks/"})
 	if _, err := d.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("p", "A")); err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +266,7 @@ func TestParseURL(t *testing.T) {
 		{URL: "etcd://a?cert_file=x", Err: "together"},
 		{URL: "etcd://u:s3cret@a?ca_file=/nonexistent", Err: "ca_file"},
 		{URL: "etcd:///x", Err: "no hosts"},
+		{URL: "zk://u:s3cret@a:2379", Err: "scheme"},
 	})
 }
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock/dlock/internal/queuelock/queuetest"
+	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -19,8 +19,8 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 	// deployment: a lease shorter than the time to elect a leader is lost
 	// (cleanly: Done closes) whenever the leader dies.
 	const ttl = 5 * time.Second
-	a := newTestDriver(t, newClient(t, c.Endpoints()), &Options{SessionTTL: ttl})
-	b := newTestDriver(t, newClient(t, c.Endpoints()), &Options{SessionTTL: ttl})
+	a := newTestDriver(t, newClient(t, c.Endpoints()), nil)
+	b := newTestDriver(t, newClient(t, c.Endpoints()), nil)
 	queuetest.LeaderKilledWhileHeld(t, queuetest.Failover{
 		A: a, B: b, Cluster: c, TTL: ttl,
 		Queue: func(name string) []string { return keys(t, a.cli, a.queuePrefix(name)) },

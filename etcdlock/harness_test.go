@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/queuelock/queuetest"
+	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
@@ -49,7 +49,7 @@ func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDriver(cli, true, &Options{SessionTTL: testTTL})
+	return newDriver(cli, true, nil)
 }
 
 // Kill stops the keepalives and closes the client without revoking the

@@ -17,14 +17,18 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/openurl"
 )
 
 // DefaultDialTimeout bounds the connection attempt of a driver opened from a
 // URL when dial_timeout is not given.
 const DefaultDialTimeout = 5 * time.Second
 
+// Scheme is the URL scheme this package registers with dlock.
+const Scheme = "etcd"
+
 func init() {
-	dlock.Register("etcd", OpenURL)
+	dlock.Register(Scheme, OpenURL)
 }
 
 // OpenURL opens a driver from a URL of the form
@@ -36,7 +40,9 @@ func init() {
 // etcd://h//locks/ for the prefix "/locks/"). User and password, when given,
 // authenticate with etcd's user/role auth. Parameters:
 //
-//	session_ttl   Options.SessionTTL (a Go duration, e.g. 15s)
+//	session_ttl   Options.SessionTTL (a Go duration, e.g. 15s); deprecated:
+//	              a lock's etcd lease has the lock's TTL, which dlock.Open
+//	              takes from the ttl parameter (and MutexOptions.TTL)
 //	dial_timeout  how long to wait for a connection (default 5s)
 //	tls           true to use TLS with the system's roots
 //	ca_file       PEM file of the CA to trust (implies tls)
@@ -44,35 +50,43 @@ func init() {
 //	key_file      PEM client key
 //	server_name   the name to verify in the server's certificate
 //
-// dlock.Open calls it for the etcd scheme. Errors never contain the password.
+// dlock.Open calls it for the etcd scheme. A malformed URL, or an unknown or
+// bad parameter, is refused with an error naming it that wraps
+// driver.ErrInvalid; a cluster that does not answer gives another error.
+// Errors never contain the password.
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	cfg, opts, err := parseURL(u)
 	if err != nil {
-		return nil, dlock.BadURL("%v", err)
+		return nil, err
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), openurl.RedactError(err, u))
 	}
 	// Fail at Open rather than at the first lock when no member answers.
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(pctx, "\x00dlock-ping", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), openurl.RedactError(err, u))
 	}
 	return newDriver(cli, true, opts)
 }
 
+// parseURL reads an etcd URL (see OpenURL). Its errors wrap
+// driver.ErrInvalid.
 func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 	cfg := clientv3.Config{DialTimeout: DefaultDialTimeout, Logger: zap.NewNop()}
 	opts := &Options{}
+	if u.Scheme != Scheme {
+		return cfg, nil, openurl.BadURL("etcdlock: URL scheme is %q, want %q", u.Scheme, Scheme)
+	}
 	if u.Host == "" {
-		return cfg, nil, errors.New("etcdlock: url has no hosts (want etcd://host:2379[,host:2379…][/prefix])")
+		return cfg, nil, openurl.BadURL("etcdlock: url has no hosts (want etcd://host:2379[,host:2379…][/prefix])")
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return cfg, nil, errors.New("etcdlock: url has an empty host in its host list")
+			return cfg, nil, openurl.BadURL("etcdlock: url has an empty host in its host list")
 		}
 		if !strings.Contains(h, ":") {
 			h += ":2379"
@@ -111,32 +125,32 @@ func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 		case "server_name":
 			serverName = v
 		default:
-			return cfg, nil, fmt.Errorf("etcdlock: unknown url parameter %q (known: session_ttl, dial_timeout, tls, ca_file, cert_file, key_file, server_name)", k)
+			return cfg, nil, openurl.BadURL("etcdlock: unknown url parameter %q (known: session_ttl, dial_timeout, tls, ca_file, cert_file, key_file, server_name)", k)
 		}
 		if err != nil {
-			return cfg, nil, fmt.Errorf("etcdlock: url parameter %s=%q: %v", k, v, err)
+			return cfg, nil, openurl.BadURL("etcdlock: url parameter %s=%q: %v", k, v, err)
 		}
 	}
 	if (certFile == "") != (keyFile == "") {
-		return cfg, nil, errors.New("etcdlock: url parameters cert_file and key_file must be given together")
+		return cfg, nil, openurl.BadURL("etcdlock: url parameters cert_file and key_file must be given together")
 	}
 	if useTLS || caFile != "" || certFile != "" || serverName != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
 		if caFile != "" {
 			pem, err := os.ReadFile(caFile)
 			if err != nil {
-				return cfg, nil, fmt.Errorf("etcdlock: ca_file: %w", err)
+				return cfg, nil, openurl.BadURL("etcdlock: ca_file: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return cfg, nil, fmt.Errorf("etcdlock: ca_file %q holds no PEM certificate", caFile)
+				return cfg, nil, openurl.BadURL("etcdlock: ca_file %q holds no PEM certificate", caFile)
 			}
 			tc.RootCAs = pool
 		}
 		if certFile != "" {
 			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 			if err != nil {
-				return cfg, nil, fmt.Errorf("etcdlock: cert_file/key_file: %w", err)
+				return cfg, nil, openurl.BadURL("etcdlock: cert_file/key_file: %w", err)
 			}
 			tc.Certificates = []tls.Certificate{cert}
 		}

@@ -1,175 +1,31 @@
 // Package memlock is an in-process dlock backend, for tests and for locks
-// shared only between goroutines of one process. Its fault hooks (drop or
-// delay calls, pause a driver, force-expire or drop a lease, skew the
-// server's clock) let the dlock package's own tests play out failures that
-// real backends produce, as database/sql's fakedb does.
+// shared only between goroutines of one process. Its fault hooks (fail,
+// delay or lose the replies of calls, pause or kill a driver, drop a lease,
+// skew the server's clock) let the dlock package's own tests play out
+// failures that real backends produce, as database/sql's fakedb does.
 //
 // A Backend plays the server; each Driver plays one client process connected
 // to it. Drivers opened with the same mem://NAME URL share one Backend.
 //
 // Guarantees: mutual exclusion and fencing are exact within the process.
 // Expiry uses the Backend's clock (the process's monotonic clock plus the
-// skew set by SkewClock).
+// skew set by SkewClock). Every wait and reading goes through the time
+// package, so inside a testing/synctest bubble a Backend and its Drivers run
+// on the bubble's fake clock (create them inside the bubble).
 package memlock
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/url"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
-)
-
-func init() {
-	dlock.Register("mem", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
-		if len(u.Query()) > 0 {
-			for k := range u.Query() {
-				return nil, dlock.BadURL("memlock: unknown URL parameter %q", k)
-			}
-		}
-		name := u.Host + u.Path
-		namedMu.Lock()
-		defer namedMu.Unlock()
-		b, ok := named[name]
-		if !ok {
-			b = NewBackend()
-			named[name] = b
-		}
-		return b.NewDriver(), nil
-	})
-}
-
-var (
-	namedMu sync.Mutex
-	named   = map[string]*Backend{}
 )
 
 // ErrInjected is returned by calls failed through Driver.FailCalls and
 // Driver.Kill.
 var ErrInjected = errors.New("memlock: injected failure")
-
-// Backend is the in-memory "server". It is safe for concurrent use.
-type Backend struct {
-	mu    sync.Mutex
-	locks map[string]*entry
-	skew  time.Duration
-	subs  map[string]map[*sub]struct{}
-	calls map[string]int // count of calls by operation, for tests
-}
-
-type entry struct {
-	owner      string
-	count      int
-	fence      uint64
-	expires    time.Time // server time; zero when free
-	delayUntil time.Time // lock-delay deadline after an expiry
-	delay      time.Duration
-}
-
-// NewBackend returns an empty backend.
-func NewBackend() *Backend {
-	return &Backend{locks: map[string]*entry{}, subs: map[string]map[*sub]struct{}{}, calls: map[string]int{}}
-}
-
-// Named returns the backend that mem://name URLs open, creating it if needed.
-func Named(name string) *Backend {
-	namedMu.Lock()
-	defer namedMu.Unlock()
-	b, ok := named[name]
-	if !ok {
-		b = NewBackend()
-		named[name] = b
-	}
-	return b
-}
-
-func (b *Backend) now() time.Time { return time.Now().Add(b.skew) }
-
-// SkewClock moves the backend's clock by d (forward if positive), as a clock
-// jump on a server would.
-func (b *Backend) SkewClock(d time.Duration) {
-	b.mu.Lock()
-	b.skew += d
-	b.mu.Unlock()
-}
-
-// Calls returns how many times op ("acquire", "release", "renew") reached
-// the backend.
-func (b *Backend) Calls(op string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.calls[op]
-}
-
-// Expire ends the current grant on name as if its TTL ran out now: lock-delay
-// applies. It reports whether there was a grant.
-func (b *Backend) Expire(name string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := b.locks[name]
-	if e == nil || e.count == 0 {
-		return false
-	}
-	now := b.now()
-	e.count, e.owner = 0, ""
-	e.expires = time.Time{}
-	e.delayUntil = now.Add(e.delay)
-	return true
-}
-
-// Drop forgets the current grant on name with no lock-delay, as a server
-// that lost it would. The fencing counter survives.
-func (b *Backend) Drop(name string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := b.locks[name]
-	if e == nil || e.count == 0 {
-		return false
-	}
-	e.count, e.owner, e.expires, e.delayUntil = 0, "", time.Time{}, time.Time{}
-	b.notifyLocked(name)
-	return true
-}
-
-// Holder returns the current owner and token of name ("" if free).
-func (b *Backend) Holder(name string) (owner string, token uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	e := b.locks[name]
-	if e == nil || !b.heldLocked(e, b.now()) {
-		return "", 0
-	}
-	return e.owner, e.fence
-}
-
-func (b *Backend) heldLocked(e *entry, now time.Time) bool {
-	if e.count == 0 {
-		return false
-	}
-	if now.Before(e.expires) {
-		return true
-	}
-	// Expired: turn it into a lock-delay window once.
-	e.count, e.owner = 0, ""
-	e.delayUntil = e.expires.Add(e.delay)
-	e.expires = time.Time{}
-	return false
-}
-
-func (b *Backend) notifyLocked(name string) {
-	for s := range b.subs[name] {
-		select {
-		case s.c <- struct{}{}:
-		default:
-		}
-	}
-}
 
 // NewDriver returns a driver connected to b, playing one client process.
 func (b *Backend) NewDriver() *Driver {
@@ -311,42 +167,11 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if err := d.gate(ctx, "acquire"); err != nil {
 		return driver.Grant{}, err
 	}
-	g, err := d.tryAcquire(req)
+	g, err := d.b.acquire(req)
 	if lerr := d.lost("acquire"); lerr != nil {
 		return driver.Grant{}, lerr
 	}
 	return g, err
-}
-
-func (d *Driver) tryAcquire(req driver.AcquireRequest) (driver.Grant, error) {
-	b := d.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.calls["acquire"]++
-	now := b.now()
-	e := b.locks[req.Name]
-	if e == nil {
-		e = &entry{}
-		b.locks[req.Name] = e
-	}
-	if b.heldLocked(e, now) {
-		if e.owner != req.Owner {
-			return driver.Grant{}, &driver.LockedError{RetryAfter: e.expires.Sub(now) + e.delay, Token: e.fence}
-		}
-		e.count++
-		e.expires = now.Add(req.TTL)
-		e.delay = req.LockDelay
-		return driver.Grant{Token: e.fence, Count: e.count}, nil
-	}
-	if now.Before(e.delayUntil) {
-		return driver.Grant{}, &driver.LockedError{RetryAfter: e.delayUntil.Sub(now), Token: e.fence}
-	}
-	e.fence++
-	e.owner, e.count = req.Owner, 1
-	e.expires = now.Add(req.TTL)
-	e.delay = req.LockDelay
-	e.delayUntil = time.Time{}
-	return driver.Grant{Token: e.fence, Count: 1}, nil
 }
 
 // Release implements driver.Driver.
@@ -354,29 +179,11 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if err := d.gate(ctx, "release"); err != nil {
 		return 0, err
 	}
-	n, err := d.release(l)
+	n, err := d.b.release(l)
 	if lerr := d.lost("release"); lerr != nil {
 		return 0, lerr
 	}
 	return n, err
-}
-
-func (d *Driver) release(l driver.Lease) (int, error) {
-	b := d.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.calls["release"]++
-	e := b.locks[l.Name]
-	if e == nil || !b.heldLocked(e, b.now()) || e.owner != l.Owner || (l.Token != 0 && e.fence != l.Token) {
-		return 0, fmt.Errorf("memlock: release %q: %w", l.Name, driver.ErrNotHeld)
-	}
-	e.count--
-	if e.count > 0 {
-		return e.count, nil
-	}
-	e.owner, e.expires, e.delayUntil = "", time.Time{}, time.Time{}
-	b.notifyLocked(l.Name)
-	return 0, nil
 }
 
 // Renew implements driver.Driver: one backend call for the whole batch.
@@ -384,29 +191,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	if err := d.gate(ctx, "renew"); err != nil {
 		return nil, err
 	}
-	errs := d.renew(ls)
+	errs := d.b.renew(ls)
 	if lerr := d.lost("renew"); lerr != nil {
 		return nil, lerr
 	}
 	return errs, nil
-}
-
-func (d *Driver) renew(ls []driver.Lease) []error {
-	b := d.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.calls["renew"]++
-	now := b.now()
-	errs := make([]error, len(ls))
-	for i, l := range ls {
-		e := b.locks[l.Name]
-		if e == nil || !b.heldLocked(e, now) || e.owner != l.Owner || e.fence != l.Token {
-			errs[i] = fmt.Errorf("memlock: renew %q: %w", l.Name, driver.ErrNotHeld)
-			continue
-		}
-		e.expires = now.Add(l.TTL)
-	}
-	return errs
 }
 
 // Inspect implements driver.Inspector.
@@ -414,23 +203,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if err := d.gate(ctx, "inspect"); err != nil {
 		return nil, err
 	}
-	b := d.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.now()
-	var out []driver.LockInfo
-	for name, e := range b.locks {
-		if !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		info := driver.LockInfo{Name: name, Token: e.fence, Waiters: len(b.subs[name])}
-		if b.heldLocked(e, now) {
-			info.Owner, info.Count, info.ExpiresIn = e.owner, e.count, e.expires.Sub(now)
-		}
-		out = append(out, info)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return d.b.inspect(prefix), nil
 }
 
 // Subscribe implements driver.Notifier.

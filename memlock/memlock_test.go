@@ -2,6 +2,9 @@ package memlock_test
 
 import (
 	"context"
+	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,3 +55,20 @@ func (h *harness) RoundTripFloor(ctx context.Context) (func(context.Context) err
 func TestConformance(t *testing.T) { locktest.RunConformanceTests(t, newHarness) }
 
 func BenchmarkLocks(b *testing.B) { locktest.RunBenchmarks(b, newHarness) }
+
+func TestOpenURL(t *testing.T) {
+	ctx := context.Background()
+	u, _ := url.Parse("mem://openurl-test/a?zeta=1&alpha=2")
+	if _, err := memlock.OpenURL(ctx, u); !errors.Is(err, driver.ErrInvalid) || !strings.Contains(err.Error(), `"alpha"`) {
+		t.Fatalf("OpenURL with unknown parameters = %v, want ErrInvalid naming the first one, \"alpha\"", err)
+	}
+	u, _ = url.Parse("mem://openurl-test/a")
+	d, err := memlock.OpenURL(ctx, u)
+	if err != nil {
+		t.Fatalf("OpenURL: %v", err)
+	}
+	defer d.Close()
+	if got := d.(*memlock.Driver).Backend(); got != memlock.Named("openurl-test/a") {
+		t.Fatal("mem://openurl-test/a did not open the backend Named(\"openurl-test/a\")")
+	}
+}

@@ -3,8 +3,10 @@ package mysqllock_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log"
+	"os"
 
 	_ "github.com/go-sql-driver/mysql"
 
@@ -13,10 +15,12 @@ import (
 )
 
 // The application's own *sql.DB, a lease-mode driver on it, and one lock.
-// The fencing token goes with every write the lock protects.
+// The fencing token goes with every write the lock protects. MYSQL_DSN is a
+// go-sql-driver/mysql DSN such as app:secret@tcp(db.internal:3306)/app?tls=true
+// (the package's tests set it to their server's).
 func Example() {
 	ctx := context.Background()
-	db, err := sql.Open("mysql", "app:secret@tcp(db.internal:3306)/app?tls=true")
+	db, err := sql.Open("mysql", os.Getenv("MYSQL_DSN"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,7 +38,13 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Unlock(context.Background())
-	fmt.Println("holding orders/42 with token", lease.Token())
+	fmt.Println("holding orders/42 with a fencing token:", lease.Token() > 0)
+
+	_, err = client.NewMutex("orders/42", nil).TryLock(ctx)
+	fmt.Println("a second TryLock:", errors.Is(err, dlock.ErrLocked))
+	// Output:
+	// holding orders/42 with a fencing token: true
+	// a second TryLock: true
 }
 
 // Opening by URL with GET_LOCK: the lock lives as long as its pinned

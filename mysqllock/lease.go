@@ -8,10 +8,26 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
 	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
-func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+// leases is the Locker of ModeLease: one row per name in the lock table,
+// expiry decided by the server's UTC_TIMESTAMP(6).
+type leases struct {
+	*store
+	acquireStmt, releaseStmt *prepared
+}
+
+var _ sqlcommon.Locker = (*leases)(nil)
+
+func newLeases(st *store) *leases {
+	return &leases{store: st, acquireStmt: newPrepared(st.q.leaseAcquire), releaseStmt: newPrepared(st.q.leaseRelease)}
+}
+
+// TryAcquire implements sqlcommon.Locker: one INSERT … ON DUPLICATE KEY
+// UPDATE whose outcome comes back in LAST_INSERT_ID.
+func (d *leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	ttl := sqlcommon.Micros(req.TTL)
 	ttld := ttl + sqlcommon.Micros(req.LockDelay)
 	res, err := d.acquireStmt.exec(ctx, d.db, map[string][2]any{
@@ -21,11 +37,11 @@ func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (d
 		"{TTLD}": {ttld, strconv.FormatInt(ttld, 10)},
 	})
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
+		return driver.Grant{}, ctxerr.Wrap(ctx, "mysqllock: acquire", err)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
+		return driver.Grant{}, ctxerr.Wrap(ctx, "mysqllock: acquire", err)
 	}
 	v := uint64(id)
 	if v&lockedFlag != 0 {
@@ -38,25 +54,26 @@ func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (d
 	return driver.Grant{Token: fence, Count: count, TTL: req.TTL}, nil
 }
 
-func (d *Driver) leaseRelease(ctx context.Context, l driver.Lease) (int, error) {
+// Release implements sqlcommon.Locker.
+func (d *leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 	res, err := d.releaseStmt.exec(ctx, d.db, map[string][2]any{
 		"{K}": {[]byte(l.Name), hexLit(l.Name)},
 		"{O}": {[]byte(l.Owner), hexLit(l.Owner)},
 		"{F}": {l.Token, strconv.FormatUint(l.Token, 10)},
 	})
 	if err != nil {
-		return 0, fmt.Errorf("mysqllock: release: %w", err)
+		return 0, ctxerr.Wrap(ctx, "mysqllock: release", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("mysqllock: release: %w", err)
+		return 0, ctxerr.Wrap(ctx, "mysqllock: release", err)
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("mysqllock: release: %w", driver.ErrNotHeld)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
-		return 0, fmt.Errorf("mysqllock: release: %w", err)
+		return 0, ctxerr.Wrap(ctx, "mysqllock: release", err)
 	}
 	return int(id), nil
 }
@@ -70,7 +87,9 @@ type leaseKey struct {
 	fence       uint64
 }
 
-func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+// Renew implements sqlcommon.Locker: one UPDATE per 2,000 leases sharing
+// a TTL (one statement per tick in the common case).
+func (d *leases) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	type group struct {
 		ttl, ttld int64
 		idx       []int
@@ -112,7 +131,7 @@ func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, er
 
 // renewChunk renews ls[idx], which share ttl and ttld (TTL plus lock-delay,
 // in µs), and sets errs[i] for those that were not renewed.
-func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, ttl, ttld int64, errs []error) error {
+func (d *leases) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, ttl, ttld int64, errs []error) error {
 	var rows strings.Builder
 	distinct := map[leaseKey]bool{}
 	for j, i := range idx {
@@ -126,11 +145,11 @@ func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, t
 	q := fill(d.q.leaseRenew, "{ROWS}", rows.String(), "{TTL}", strconv.FormatInt(ttl, 10), "{TTLD}", strconv.FormatInt(ttld, 10))
 	res, err := d.db.ExecContext(ctx, q)
 	if err != nil {
-		return fmt.Errorf("mysqllock: renew: %w", err)
+		return ctxerr.Wrap(ctx, "mysqllock: renew", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return fmt.Errorf("mysqllock: renew: %w", err)
+		return ctxerr.Wrap(ctx, "mysqllock: renew", err)
 	}
 	if int(n) == len(distinct) {
 		return nil // every lease matched and was renewed
@@ -144,7 +163,7 @@ func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, t
 	}
 	r, err := d.db.QueryContext(ctx, fill(d.q.leaseRenewed, "{KEYS}", strings.Join(keys, ",")))
 	if err != nil {
-		return fmt.Errorf("mysqllock: renew: %w", err)
+		return ctxerr.Wrap(ctx, "mysqllock: renew", err)
 	}
 	defer r.Close()
 	live := map[leaseKey]bool{}
@@ -154,12 +173,12 @@ func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, t
 			fence       uint64
 		)
 		if err := r.Scan(&name, &owner, &fence); err != nil {
-			return fmt.Errorf("mysqllock: renew: %w", err)
+			return ctxerr.Wrap(ctx, "mysqllock: renew", err)
 		}
 		live[leaseKey{string(name), string(owner), fence}] = true
 	}
 	if err := r.Err(); err != nil {
-		return fmt.Errorf("mysqllock: renew: %w", err)
+		return ctxerr.Wrap(ctx, "mysqllock: renew", err)
 	}
 	for _, i := range idx {
 		if !live[leaseKey{ls[i].Name, ls[i].Owner, ls[i].Token}] {
@@ -168,3 +187,13 @@ func (d *Driver) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, t
 	}
 	return nil
 }
+
+// Close implements sqlcommon.Locker: leases are left to expire; the
+// prepared statements are closed.
+func (d *leases) Close() {
+	d.acquireStmt.close()
+	d.releaseStmt.close()
+}
+
+// Kill implements sqlcommon.Locker.
+func (*leases) Kill() {}

@@ -44,7 +44,7 @@ func adminFor(_ context.Context, raw string) (*sql.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, dsn, err := ParseURL(u)
+	_, dsn, err := parseURL(u)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func newHarnessFor(mode Mode) locktest.NewHarness {
 }
 
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
-	d, err := open(ctx, sqltest.ModeURL(h.base, string(h.mode), h.table))
+	d, err := OpenURL(ctx, sqltest.ModeURL(h.base, string(h.mode), h.table))
 	if err != nil {
 		return nil, err
 	}
@@ -225,20 +225,24 @@ func newTestHarness(t testing.TB, mode Mode) *harness {
 }
 
 func TestURL(t *testing.T) {
-	for _, tc := range []struct{ url, want string }{
-		{"mysql://u:s3cret@127.0.0.1:1/db?mode=bogus", "unknown mode"},
-		{"mysql://u:s3cret@127.0.0.1:1/db?table=bad-name", "table name"},
-		{"mysql://u:s3cret@127.0.0.1:1/db?mode=", "mode is empty"},
-		{"mysql://u:s3cret@127.0.0.1:1/", "no database"},
-		{"mysql://u:s3cret@127.0.0.1:1/db?tls=nonsense", "nonsense"},
-		{"mysql://u:s3cret@127.0.0.1:1/db?timeout=1s", "connect"},
+	for _, tc := range []struct {
+		url, want string
+		invalid   bool // bad input (wraps driver.ErrInvalid), not a failure to connect
+	}{
+		{"mysql://u:s3cret@127.0.0.1:1/db?mode=bogus", "unknown mode", true},
+		{"mysql://u:s3cret@127.0.0.1:1/db?table=bad-name", "table name", true},
+		{"mysql://u:s3cret@127.0.0.1:1/db?mode=", "mode is empty", true},
+		{"mysql://u:s3cret@127.0.0.1:1/", "no database", true},
+		{"mysql://u:s3cret@127.0.0.1:1/db?tls=nonsense", "nonsense", true},
+		{"postgres://u:s3cret@127.0.0.1:1/db", "scheme", true},
+		{"mysql://u:s3cret@127.0.0.1:1/db?timeout=1s", "connect", false},
 	} {
 		u, err := url.Parse(tc.url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		d, err := open(ctx, u)
+		d, err := OpenURL(ctx, u)
 		cancel()
 		if err == nil {
 			_ = d.Close()
@@ -247,9 +251,12 @@ func TestURL(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, "s3cret") {
 			t.Fatalf("%s: error %q: want it to mention %q and not the password", tc.url, msg, tc.want)
 		}
+		if errors.Is(err, driver.ErrInvalid) != tc.invalid {
+			t.Fatalf("%s: error %q: wraps ErrInvalid %v, want %v", tc.url, err, !tc.invalid, tc.invalid)
+		}
 	}
 	u, _ := url.Parse("mysql://u:p%40ss@db.example:3307/app?tls=true&mode=getlock&table=t1&timeout=2s")
-	o, dsn, err := ParseURL(u)
+	o, dsn, err := parseURL(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +273,7 @@ func TestURL(t *testing.T) {
 func TestNewKeepsUserDB(t *testing.T) {
 	ctx := context.Background()
 	u, _ := url.Parse(serverURL(t))
-	_, dsn, err := ParseURL(u)
+	_, dsn, err := parseURL(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,9 +450,10 @@ func TestRowLockFullPool(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = d.TryAcquire(ctx, req("-2"))
-	if err == nil || !strings.Contains(err.Error(), "connection") {
-		t.Fatalf("second lock on a 2-connection pool: %v, want an error about connections", err)
+	if err == nil || !strings.Contains(err.Error(), "no free connection") {
+		t.Fatalf("second lock on a 2-connection pool: %v, want an error about the full pool", err)
 	}
+	t.Logf("full pool: %v", err)
 	if took := time.Since(start); took > pinTimeout+2*time.Second {
 		t.Fatalf("failing took %v", took)
 	}
@@ -458,5 +466,79 @@ func TestRowLockFullPool(t *testing.T) {
 	}
 	if _, err := d.Release(ctx, driver.Lease{Name: base + "-2", Owner: "o", Token: g2.Token, Handle: g2.Handle}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSessionDiesAtGrant KILLs the holder's connection between taking the
+// lock and incrementing the fence, and has another driver take the lock
+// before the grant returns (see sqltest.DiesAtGrant). In ModeRowLock the
+// increment runs on a second connection and used to hand the dead session a
+// token larger than the live later holder's; in ModeGetLock it runs on the
+// holder's own connection, gated on holding the lock.
+func TestSessionDiesAtGrant(t *testing.T) {
+	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newTestHarness(t, mode)
+			ctx := context.Background()
+			a, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			arm := func(hook sqltest.Hook) {
+				a.(*Driver).testHookLocked = func(ctx context.Context, c *sql.Conn) {
+					hook(ctx, func(ctx context.Context) error {
+						var id int64
+						if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+							return err
+						}
+						_, err := h.admin.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+						return err
+					})
+				}
+			}
+			sqltest.DiesAtGrant(t, a, b, arm, true)
+		})
+	}
+}
+
+// TestServerDown kills the server under drivers of every mode: TryAcquire
+// fails at once with the real cause (connection refused), not as a full
+// pool, as the session modes used to report every pool error.
+func TestServerDown(t *testing.T) {
+	srv := server.Private(t)
+	if srv == nil {
+		t.Skip("external server: cannot kill it")
+	}
+	ds := map[string]driver.Driver{}
+	for _, mode := range []Mode{ModeLease, ModeGetLock, ModeRowLock} {
+		d, err := newTestHarness(t, mode).NewDriver(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ds[string(mode)] = d
+	}
+	u, _ := url.Parse(srv.URL())
+	pw, _ := u.User.Password()
+	// With no idle connection kept, every call has to connect.
+	sqltest.ServerDown(t, srv, ds, func(d driver.Driver) { d.(*Driver).db.SetMaxIdleConns(0) }, pw)
+}
+
+// TestPausedHolder: a session-mode holder that stops renewing past its TTL
+// (the checker's pause-holder fault) loses its hold in the driver too, so
+// a waiter on the same driver gets the lock once the server has ended the
+// paused session (see sqltest.PausedHolder).
+func TestPausedHolder(t *testing.T) {
+	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newTestHarness(t, mode)
+			sqltest.PausedHolder(t, h.NewDriver, func(d driver.Driver) int { return d.(*Driver).sess.Len() })
+		})
 	}
 }

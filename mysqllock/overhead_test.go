@@ -83,6 +83,10 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					if _, err := md.db.ExecContext(ctx, fill(q.fenceBump, "{K}", k, "{O}", o)); err != nil {
 						return err
 					}
+					// The pinned session confirms its row lock after the increment.
+					if err := conn.QueryRowContext(ctx, fill(q.rowLock, "{K}", k)).Scan(&one); err != nil {
+						return err
+					}
 					_, err := exec(q.rowRelease)
 					return err
 				}

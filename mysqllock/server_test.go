@@ -1,6 +1,7 @@
 package mysqllock
 
 import (
+	"net/url"
 	"testing"
 
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
@@ -14,6 +15,16 @@ var server = &sqltest.Server{
 	Kind:  "MariaDB",
 	Env:   "DLOCK_TEST_MYSQL_URL",
 	Start: func() (*testserver.Server, error) { return testserver.StartMariaDB(nil) },
+	// The examples read MYSQL_DSN, as an application would.
+	ExampleEnv: "MYSQL_DSN",
+	ExampleValue: func(raw string) (string, error) {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return "", err
+		}
+		_, dsn, err := parseURL(u)
+		return dsn, err
+	},
 }
 
 // serverURL returns the URL of the MariaDB server the tests use.

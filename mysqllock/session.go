@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
 // pinned is the connection a session-mode lock pins for as long as it is
@@ -27,9 +28,10 @@ func (c pinned) Discard() { discard(c.Conn) }
 // Abandon implements sqlcommon.Conn.
 func (c pinned) Abandon() func() { return c.Discard }
 
-// pinTimeout bounds the wait for a free connection to pin: TryAcquire must
-// not hang when held locks pin every connection the *sql.DB may open.
-const pinTimeout = 3 * time.Second
+// pinTimeout bounds the wait for a free connection to pin, or to increment
+// a fence on: TryAcquire must not hang when held locks pin every connection
+// the *sql.DB may open.
+const pinTimeout = sqlcommon.PoolWait
 
 // waitTimeout is the wait_timeout armed on a pinned session: the TTL in
 // whole seconds, rounded up.
@@ -37,53 +39,71 @@ func waitTimeout(ttl time.Duration) string {
 	return strconv.FormatInt(int64(max((ttl+time.Second-1)/time.Second, 1)), 10)
 }
 
-func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	pin := func(ctx context.Context) (pinned, error) {
-		pctx, cancel := context.WithTimeout(ctx, pinTimeout)
-		conn, err := d.db.Conn(pctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil && pctx.Err() != nil {
-				return pinned{}, fmt.Errorf("mysqllock: acquire: no free connection within %v (every held lock pins one; see sql.DB.SetMaxOpenConns)", pinTimeout)
-			}
-			return pinned{}, fmt.Errorf("mysqllock: acquire: pinning a connection: %w", err)
-		}
-		return pinned{conn}, nil
-	}
-	lock := func(ctx context.Context, c pinned) (bool, uint64, error) {
-		if d.mode == ModeGetLock {
-			return d.getLock(ctx, c.Conn, req.Name, req.Owner, req.TTL)
-		}
-		return d.rowLock(ctx, c.Conn, req.Name, req.Owner, req.TTL)
-	}
-	return d.sess.Acquire(ctx, req, string(d.mode), pin, lock, func(c pinned) { d.abortPin(c.Conn) })
+// session is what the session modes' SQL shares: the store, Pin and Ping.
+type session struct{ *store }
+
+// Pin implements sqlcommon.SessionSQL: a connection from the pool, waiting
+// at most pinTimeout.
+func (d session) Pin(ctx context.Context, _ driver.AcquireRequest) (pinned, error) {
+	conn, err := poolWait(ctx, d.store, "mysqllock: acquire: pinning a connection", d.db.Conn)
+	return pinned{conn}, err
 }
 
-// abortPin undoes a failed acquire on a pinned connection. The lock may
-// have been taken before the failure, so it is given up explicitly (which
-// frees it at once) and the session restored before the connection goes
-// back to the pool; if that fails too, the connection is closed, which
-// frees the lock once the server notices.
-func (d *Driver) abortPin(conn *sql.Conn) {
+// poolWait runs f on the pool, waiting at most pinTimeout. Its error names
+// the real cause (a refused or failed connection), and says the pool was
+// exhausted only when that is why the wait ran out.
+func poolWait[T any](ctx context.Context, d *store, what string, f func(context.Context) (T, error)) (T, error) {
+	return sqlcommon.WithPoolWait(ctx, what, "every held lock pins one; see sql.DB.SetMaxOpenConns",
+		func() (int, int) {
+			st := d.db.Stats()
+			return st.InUse, st.MaxOpenConnections
+		}, f)
+}
+
+// abort undoes a failed acquire on a pinned connection with stmt, which
+// gives up whatever lock the session may hold and restores its settings.
+// The lock may have been taken before the failure, so it is given up
+// explicitly (which frees it at once) and the session restored before the
+// connection goes back to the pool; if that fails too, the connection is
+// closed, which frees the lock once the server notices.
+func abort(c pinned, stmt string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	q := "SET autocommit = 1, SESSION wait_timeout = DEFAULT" // ends the transaction
-	if d.mode == ModeGetLock {
-		q = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_ALL_LOCKS()"
-	}
-	if _, err := conn.ExecContext(ctx, q); err != nil {
-		discard(conn)
+	if _, err := c.ExecContext(ctx, stmt); err != nil {
+		discard(c.Conn)
 		return
 	}
-	_ = conn.Close()
+	_ = c.Close()
 }
 
-// getLock takes GET_LOCK(name, 0), arming wait_timeout in the same
-// statement, then bumps the fence in an autocommitted statement gated on the
-// grant. On refusal the session is left as it was.
-func (d *Driver) getLock(ctx context.Context, conn *sql.Conn, name, owner string, ttl time.Duration) (bool, uint64, error) {
-	if _, err := conn.ExecContext(ctx, fill(d.q.getLock, "{L}", hexLit(LockName(name)), "{WT}", waitTimeout(ttl))); err != nil {
+// getLock is the SQL of ModeGetLock: GET_LOCK on the name's LockName, held
+// by the pinned session.
+type getLock struct{ session }
+
+var _ sqlcommon.SessionSQL[pinned] = getLock{}
+
+// Abort implements sqlcommon.SessionSQL.
+func (getLock) Abort(c pinned) {
+	abort(c, "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_ALL_LOCKS()")
+}
+
+// Unlock implements sqlcommon.SessionSQL.
+func (g getLock) Unlock(ctx context.Context, c pinned, name string) error {
+	_, err := c.ExecContext(ctx, fill(g.q.getLockRelease, "{L}", hexLit(LockName(name))))
+	return err
+}
+
+// Lock implements sqlcommon.SessionSQL. It takes GET_LOCK(name, 0),
+// arming wait_timeout in the same statement, then bumps the fence in an
+// autocommitted statement gated on the grant. On refusal the session is
+// left as it was.
+func (g getLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	d, conn, name, owner := g.store, c.Conn, req.Name, req.Owner
+	if _, err := conn.ExecContext(ctx, fill(d.q.getLock, "{L}", hexLit(LockName(name)), "{WT}", waitTimeout(req.TTL))); err != nil {
 		return false, 0, err
+	}
+	if d.testHookLocked != nil {
+		d.testHookLocked(ctx, conn)
 	}
 	res, err := conn.ExecContext(ctx, fill(d.q.fenceInsert, "{K}", hexLit(name), "{O}", hexLit(owner), "{L}", hexLit(LockName(name))))
 	if err != nil {
@@ -99,14 +119,48 @@ func (d *Driver) getLock(ctx context.Context, conn *sql.Conn, name, owner string
 	return true, uint64(id), nil
 }
 
-// rowLock turns autocommit off and arms wait_timeout, then locks the name's
+// rowLock is the SQL of ModeRowLock: SELECT … FOR UPDATE NOWAIT on the
+// name's row, in a transaction the pinned session keeps open.
+type rowLock struct{ session }
+
+var _ sqlcommon.SessionSQL[pinned] = rowLock{}
+
+// Abort implements sqlcommon.SessionSQL.
+func (rowLock) Abort(c pinned) {
+	abort(c, "SET autocommit = 1, SESSION wait_timeout = DEFAULT") // ends the transaction
+}
+
+// Unlock implements sqlcommon.SessionSQL.
+func (r rowLock) Unlock(ctx context.Context, c pinned, _ string) error {
+	_, err := c.ExecContext(ctx, r.q.rowRelease)
+	return err
+}
+
+// Lock implements sqlcommon.SessionSQL. It turns autocommit off and arms
+// wait_timeout, then locks the name's
 // row with FOR UPDATE NOWAIT; the transaction that read opened stays open
-// until release. The fencing counter is bumped on another pooled connection
-// in autocommit: an increment inside the held transaction would be rolled
-// back if the holder crashed, and the next holder would be handed the same
-// token again.
-func (d *Driver) rowLock(ctx context.Context, conn *sql.Conn, name, owner string, ttl time.Duration) (bool, uint64, error) {
-	if _, err := conn.ExecContext(ctx, "SET autocommit = 0, SESSION wait_timeout = "+waitTimeout(ttl)); err != nil {
+// until release. The fencing counter is incremented on another pooled
+// connection in autocommit: an increment inside the held transaction would
+// be rolled back if the holder crashed, and the next holder would be handed
+// the same token again.
+//
+// Between the row lock and the increment the pinned session may die (it is
+// KILLed, wait_timeout fires, the network drops it). A later holder may then
+// lock the row and increment first, and this increment would hand the dead
+// session the larger token. So the grant is only returned once the pinned
+// session, after the increment, takes the row again with FOR UPDATE NOWAIT:
+// it succeeds at once only if this session's transaction still holds the
+// row. The transaction cannot have ended and been replaced by a new one
+// meanwhile: it ends with its session, with a COMMIT or ROLLBACK (not sent
+// before release), or with an error that rolls back the whole transaction
+// (a deadlock, or a lock wait timeout under innodb_rollback_on_timeout),
+// and the pinned session never waits for a lock (NOWAIT), so no such error
+// can occur. A confirmation therefore proves the row lock was held from
+// before the increment until after it, and every later holder's increment
+// comes after ours.
+func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	d, conn, name, owner := r.store, c.Conn, req.Name, req.Owner
+	if _, err := conn.ExecContext(ctx, "SET autocommit = 0, SESSION wait_timeout = "+waitTimeout(req.TTL)); err != nil {
 		return false, 0, err
 	}
 	k := hexLit(name)
@@ -121,9 +175,9 @@ func (d *Driver) rowLock(ctx context.Context, conn *sql.Conn, name, owner string
 			if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
 				return false, 0, err
 			}
-			ectx, cancel := context.WithTimeout(ctx, pinTimeout)
-			_, err := d.db.ExecContext(ectx, fill(d.q.rowEnsure, "{K}", k))
-			cancel()
+			_, err := poolWait(ctx, d, "creating the lock's row on a second connection", func(ctx context.Context) (sql.Result, error) {
+				return d.db.ExecContext(ctx, fill(d.q.rowEnsure, "{K}", k))
+			})
 			if err != nil {
 				return false, 0, err
 			}
@@ -134,32 +188,27 @@ func (d *Driver) rowLock(ctx context.Context, conn *sql.Conn, name, owner string
 		default:
 			return false, 0, err
 		}
+		if d.testHookLocked != nil {
+			d.testHookLocked(ctx, conn)
+		}
 		// Bounded: with every connection pinned by held locks this would
 		// otherwise wait for a release that may never come.
-		fctx, cancel := context.WithTimeout(ctx, pinTimeout)
-		res, err := d.db.ExecContext(fctx, fill(d.q.fenceBump, "{K}", k, "{O}", hexLit(owner)))
-		cancel()
+		res, err := poolWait(ctx, d, "incrementing the fencing counter on a second connection (the pool needs one more than the locks held)",
+			func(ctx context.Context) (sql.Result, error) {
+				return d.db.ExecContext(ctx, fill(d.q.fenceBump, "{K}", k, "{O}", hexLit(owner)))
+			})
 		if err != nil {
-			return false, 0, fmt.Errorf("bumping the fencing counter on a second connection (the pool needs one more than the locks held): %w", err)
+			return false, 0, err
 		}
 		id, err := res.LastInsertId()
 		if err != nil {
 			return false, 0, err
 		}
+		if err := conn.QueryRowContext(ctx, fill(d.q.rowLock, "{K}", k)).Scan(&one); err != nil {
+			return false, 0, fmt.Errorf("the pinned session could not confirm its row lock after the fence increment (to %d), so the lock is not granted: %w: %w", id, driver.ErrSessionLost, err)
+		}
 		return true, uint64(id), nil
 	}
-}
-
-func (d *Driver) sessionRelease(ctx context.Context, l driver.Lease) (int, error) {
-	return d.sess.Release(ctx, l, func(ctx context.Context, c pinned) error {
-		var err error
-		if d.mode == ModeGetLock {
-			_, err = c.ExecContext(ctx, fill(d.q.getLockRelease, "{L}", hexLit(LockName(l.Name))))
-		} else {
-			_, err = c.ExecContext(ctx, d.q.rowRelease)
-		}
-		return err
-	})
 }
 
 // discard closes c's underlying connection instead of returning it to the
@@ -169,13 +218,11 @@ func discard(c *sql.Conn) {
 	_ = c.Close()
 }
 
-// sessionRenew proves each pinned connection is alive and re-arms its
-// wait_timeout to the lease's TTL.
-func (d *Driver) sessionRenew(ctx context.Context, ls []driver.Lease) ([]error, error) {
-	return d.sess.Renew(ctx, ls, func(ctx context.Context, c pinned, ttl time.Duration) error {
-		_, err := c.ExecContext(ctx, fill(d.q.ping, "{WT}", waitTimeout(ttl)))
-		return err
-	}), nil
+// Ping implements sqlcommon.SessionSQL for both session modes: it proves
+// the session alive and re-arms its wait_timeout to ttl.
+func (d session) Ping(ctx context.Context, c pinned, ttl time.Duration) error {
+	_, err := c.ExecContext(ctx, fill(d.q.ping, "{WT}", waitTimeout(ttl)))
+	return err
 }
 
 // holderConnID returns the server connection id holding name in this

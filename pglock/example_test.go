@@ -2,8 +2,10 @@ package pglock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -12,10 +14,12 @@ import (
 )
 
 // The application's own pool, a lease-mode driver on it, and one lock. The
-// fencing token goes with every write the lock protects.
+// fencing token goes with every write the lock protects. DATABASE_URL is a
+// PostgreSQL URL such as postgres://app@db.internal:5432/app?sslmode=verify-full
+// (the package's tests set it to their server's).
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://app@db.internal:5432/app?sslmode=verify-full")
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,7 +37,13 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Unlock(context.Background())
-	fmt.Println("holding orders/42 with token", lease.Token())
+	fmt.Println("holding orders/42 with a fencing token:", lease.Token() > 0)
+
+	_, err = client.NewMutex("orders/42", nil).TryLock(ctx)
+	fmt.Println("a second TryLock:", errors.Is(err, dlock.ErrLocked))
+	// Output:
+	// holding orders/42 with a fencing token: true
+	// a second TryLock: true
 }
 
 // Opening by URL: mode and table are the driver's parameters, the rest

@@ -2,10 +2,11 @@ package pglock
 
 import (
 	"context"
-	"fmt"
-	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
 // Inspect implements driver.Inspector. It lists the names in the lock table
@@ -17,94 +18,60 @@ import (
 // ExpiresIn -1 and Count 1 (the re-entrance count lives in the holder's
 // process). Waiters are not counted (-1).
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	if err := d.ready(ctx); err != nil {
-		return nil, err
-	}
+	return d.base.Inspect(ctx, prefix, d.sess != nil, d.list, d.held)
+}
+
+// list reads the lock table's rows under prefix.
+func (d *store) list(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	rows, err := d.pool.Query(ctx, d.q.inspect, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: inspect: %w", err)
+		return nil, err
 	}
-	var out []driver.LockInfo
-	for rows.Next() {
-		var (
-			li    driver.LockInfo
-			fence int64
-			left  int64
-		)
-		if err := rows.Scan(&li.Name, &li.Owner, &fence, &li.Count, &left); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("pglock: inspect: %w", err)
-		}
-		li.Token = uint64(fence)
-		li.ExpiresIn = time.Duration(left) * time.Microsecond
-		li.Waiters = -1
-		out = append(out, li)
+	defer rows.Close()
+	return sqlcommon.ScanLocks(rows)
+}
+
+// held reports the names in out whose advisory keys pg_locks shows granted.
+func (a advisory) held(ctx context.Context, _ string, out []driver.LockInfo) ([]bool, error) {
+	granted, err := collectSet[int64](a.pool.Query(ctx, a.q.inspectAdvisory))
+	if err != nil {
+		return nil, err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pglock: inspect: %w", err)
+	held := make([]bool, len(out))
+	for i, li := range out {
+		held[i] = granted[AdvisoryKey(li.Name)]
 	}
-	if d.mode == ModeLease {
-		for i := range out {
-			if out[i].ExpiresIn <= 0 {
-				out[i].Owner, out[i].Count, out[i].ExpiresIn = "", 0, 0
-			}
-		}
-		return out, nil
+	return held, nil
+}
+
+// held reports the names in out whose rows are locked: those FOR KEY SHARE
+// SKIP LOCKED skips.
+func (r rowLock) held(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
 	}
-	held := map[string]bool{}
-	switch d.mode {
-	case ModeAdvisory:
-		keys := map[int64]bool{}
-		rows, err := d.pool.Query(ctx, d.q.inspectAdvisory)
-		if err != nil {
-			return nil, fmt.Errorf("pglock: inspect: %w", err)
-		}
-		for rows.Next() {
-			var k int64
-			if err := rows.Scan(&k); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("pglock: inspect: %w", err)
-			}
-			keys[k] = true
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("pglock: inspect: %w", err)
-		}
-		for _, li := range out {
-			held[li.Name] = keys[AdvisoryKey(li.Name)]
-		}
-	case ModeRowLock:
-		tx, err := d.pool.Begin(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("pglock: inspect: %w", err)
-		}
-		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		rows, err := tx.Query(ctx, d.q.inspectRow, prefix)
-		if err != nil {
-			return nil, fmt.Errorf("pglock: inspect: %w", err)
-		}
-		free := map[string]bool{}
-		for rows.Next() {
-			var n string
-			if err := rows.Scan(&n); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("pglock: inspect: %w", err)
-			}
-			free[n] = true
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("pglock: inspect: %w", err)
-		}
-		for _, li := range out {
-			held[li.Name] = !free[li.Name]
-		}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	free, err := collectSet[string](tx.Query(ctx, r.q.inspectRow, prefix))
+	if err != nil {
+		return nil, err
 	}
-	for i := range out {
-		if held[out[i].Name] {
-			out[i].Count, out[i].ExpiresIn = 1, -1
-		} else {
-			out[i].Owner, out[i].Count, out[i].ExpiresIn = "", 0, 0
-		}
+	return sqlcommon.HeldUnlessFree(out, free), nil
+}
+
+// collectSet reads the one-column rows of a query (the result of Query,
+// passed as it is) into a set.
+func collectSet[T comparable](rows pgx.Rows, err error) (map[T]bool, error) {
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[T])
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[T]bool, len(vs))
+	for _, v := range vs {
+		set[v] = true
+	}
+	return set, nil
 }

@@ -6,9 +6,19 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
+	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
-func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+// leases is the Locker of ModeLease: one row per name in the lock table,
+// expiry decided by the server's now().
+type leases struct{ *store }
+
+var _ sqlcommon.Locker = leases{}
+
+// TryAcquire implements sqlcommon.Locker: one INSERT … ON CONFLICT … DO
+// UPDATE … WHERE <free or ours> RETURNING.
+func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	var (
 		won        bool
 		fence      int64
@@ -23,7 +33,7 @@ func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (d
 			// this statement's snapshot: it is held, for how long is unknown.
 			return driver.Grant{}, &driver.LockedError{}
 		}
-		return driver.Grant{}, fmt.Errorf("pglock: acquire: %w", err)
+		return driver.Grant{}, ctxerr.Wrap(ctx, "pglock: acquire", err)
 	}
 	if !won {
 		return driver.Grant{}, &driver.LockedError{RetryAfter: time.Duration(retryAfter) * time.Microsecond, Token: uint64(fence)}
@@ -31,7 +41,9 @@ func (d *Driver) leaseAcquire(ctx context.Context, req driver.AcquireRequest) (d
 	return driver.Grant{Token: uint64(fence), Count: count, TTL: req.TTL}, nil
 }
 
-func (d *Driver) leaseRelease(ctx context.Context, l driver.Lease) (int, error) {
+// Release implements sqlcommon.Locker; a release to zero NOTIFYs waiters
+// in the same statement.
+func (d leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 	var (
 		remaining int
 		notified  *bool
@@ -41,7 +53,7 @@ func (d *Driver) leaseRelease(ctx context.Context, l driver.Lease) (int, error) 
 		if isNoRows(err) {
 			return 0, fmt.Errorf("pglock: release: %w", driver.ErrNotHeld)
 		}
-		return 0, fmt.Errorf("pglock: release: %w", err)
+		return 0, ctxerr.Wrap(ctx, "pglock: release", err)
 	}
 	return remaining, nil
 }
@@ -51,7 +63,9 @@ type leaseKey struct {
 	fence       int64
 }
 
-func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+// Renew implements sqlcommon.Locker: one UPDATE … FROM unnest(…) for all
+// of ls.
+func (d leases) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	names := make([]string, len(ls))
 	owners := make([]string, len(ls))
 	fences := make([]int64, len(ls))
@@ -63,19 +77,19 @@ func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, er
 	}
 	rows, err := d.pool.Query(ctx, d.q.leaseRenew, names, owners, fences, ttls, delays)
 	if err != nil {
-		return nil, fmt.Errorf("pglock: renew: %w", err)
+		return nil, ctxerr.Wrap(ctx, "pglock: renew", err)
 	}
 	renewed := make(map[leaseKey]bool, len(ls))
 	for rows.Next() {
 		var k leaseKey
 		if err := rows.Scan(&k.name, &k.owner, &k.fence); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("pglock: renew: %w", err)
+			return nil, ctxerr.Wrap(ctx, "pglock: renew", err)
 		}
 		renewed[k] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pglock: renew: %w", err)
+		return nil, ctxerr.Wrap(ctx, "pglock: renew", err)
 	}
 	errs := make([]error, len(ls))
 	for i, l := range ls {
@@ -85,3 +99,9 @@ func (d *Driver) leaseRenew(ctx context.Context, ls []driver.Lease) ([]error, er
 	}
 	return errs, nil
 }
+
+// Close implements sqlcommon.Locker: leases are left to expire.
+func (leases) Close() {}
+
+// Kill implements sqlcommon.Locker.
+func (leases) Kill() {}

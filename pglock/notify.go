@@ -42,7 +42,7 @@ func newListener(d *Driver) *listener {
 // is in place, so a release after Subscribe returns is never missed (a
 // release while the listener is reconnecting wakes every subscriber).
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
-	if err := d.check(); err != nil {
+	if err := d.base.Check(); err != nil {
 		return nil, err
 	}
 	l := d.ln

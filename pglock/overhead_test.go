@@ -74,6 +74,11 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					if err := pd.pool.QueryRow(ctx, q.fenceBump, bareName, "o").Scan(&fence); err != nil {
 						return err
 					}
+					// The pinned session confirms its row lock after the increment.
+					var set string
+					if err := conn.QueryRow(ctx, q.rowLock, bareName, "30000").Scan(&set); err != nil {
+						return err
+					}
 					bt = &pgx.Batch{}
 					bt.Queue(q.rowNotify, pd.channel, bareName)
 					bt.Queue("COMMIT")

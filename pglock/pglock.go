@@ -1,13 +1,16 @@
 // Package pglock is the dlock driver for PostgreSQL, over pgx v5.
 //
-// It registers the URL schemes postgres:// and postgresql://:
+// It registers OpenURL for the URL schemes postgres:// (Scheme) and
+// postgresql:// (SchemeAlt):
 //
 //	postgres://user:pass@host:5432/db?sslmode=require&mode=lease&table=dlock_locks
 //
 // mode and table are this driver's parameters (see Options); every other
 // parameter goes to pgx unchanged (sslmode, pool_max_conns, connect_timeout,
 // application_name, …). A pool opened from a URL belongs to the driver and is
-// closed by Close; a pool passed to New stays the caller's.
+// closed by Close; a pool passed to New stays the caller's. The mode is
+// chosen once, in New or OpenURL: the driver then holds every lock the same
+// way.
 //
 // # Modes
 //
@@ -24,7 +27,12 @@
 // NOWAIT on the name's row in an open transaction on a pinned connection. In
 // both, the fencing token comes from an autocommitted increment of the name's
 // row in the lock table made after the grant, so a crash never lets a token be
-// reused. The pinned session gets a server-side idle timeout of one TTL
+// reused. In ModeAdvisory the lock and the increment are one statement on the
+// pinned session; in ModeRowLock the increment runs on a second connection,
+// and the grant is returned only after the pinned session has confirmed,
+// after the increment, that its transaction still holds the row, so a session
+// that died in between is never granted and no later holder can have a
+// smaller token. The pinned session gets a server-side idle timeout of one TTL
 // (idle_session_timeout, PostgreSQL 14 and later; in ModeRowLock
 // idle_in_transaction_session_timeout), re-armed by every renewal, so a holder
 // that stops renewing loses its lock about one TTL later even while its TCP
@@ -42,15 +50,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sqlcommon"
 )
@@ -80,22 +85,32 @@ type Options struct {
 }
 
 // Driver is a dlock driver on a PostgreSQL pool. It implements
-// driver.Driver, driver.Notifier and driver.Inspector.
+// driver.Driver, driver.Notifier and driver.Inspector. New chooses how it
+// holds locks, once: a lease table or a session mode.
 type Driver struct {
-	pool    *pgxpool.Pool
+	*store
+	base    *sqlcommon.Base
 	ownPool bool
 	mode    Mode
+	sess    *sqlcommon.Sessions[*pinned] // the session modes' held locks; nil in ModeLease
+	// held tells Inspect which of the listed locks are held.
+	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
+	ln   *listener
+}
+
+// store is what every mode's SQL runs on.
+type store struct {
+	pool    *pgxpool.Pool
 	table   string
 	channel string
 	q       queries
+	pgVer   int // server_version_num, read with the schema
 
-	schemaMu sync.Mutex
-	schemaOK bool
-	pgVer    int
-
-	sess *sqlcommon.Sessions[*pinned] // session modes: held locks; closed state
-
-	ln *listener
+	// testHookLocked, set only by tests before first use, runs inside a
+	// session-mode TryAcquire with the lock just taken on the server: in
+	// ModeRowLock before the fencing counter is incremented, in
+	// ModeAdvisory after the one statement that does both.
+	testHookLocked func(ctx context.Context, c *pinned)
 }
 
 var _ interface {
@@ -103,11 +118,6 @@ var _ interface {
 	driver.Notifier
 	driver.Inspector
 } = (*Driver)(nil)
-
-func init() {
-	dlock.Register("postgres", open)
-	dlock.Register("postgresql", open)
-}
 
 // New returns a driver using pool. It does no I/O: the lock table is created
 // on first use. Close does not close pool.
@@ -123,93 +133,36 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Mode == "" {
-		o.Mode = ModeLease
+	cfg, err := sqlcommon.Configure("pglock", string(o.Mode), o.Table, string(ModeLease), string(ModeAdvisory), string(ModeRowLock))
+	if err != nil {
+		return nil, err
 	}
-	switch o.Mode {
-	case ModeLease, ModeAdvisory, ModeRowLock:
-	default:
-		return nil, fmt.Errorf("pglock: unknown mode %q (want lease, advisory or rowlock)", o.Mode)
+	st := &store{pool: pool, table: cfg.Table, channel: strings.ToLower(cfg.Table) + "_release", q: newQueries(cfg.Table)}
+	d := &Driver{store: st, ownPool: own, mode: Mode(cfg.Mode)}
+	var locker sqlcommon.Locker
+	switch d.mode {
+	case ModeLease:
+		l := leases{st}
+		locker, d.held = l, sqlcommon.Unexpired
+	case ModeAdvisory:
+		a := advisory{session{st}}
+		d.sess, d.held = sqlcommon.NewSessions[*pinned]("pglock", cfg.Mode, a), a.held
+		locker = d.sess
+	case ModeRowLock:
+		r := rowLock{session{st}}
+		d.sess, d.held = sqlcommon.NewSessions[*pinned]("pglock", cfg.Mode, r), r.held
+		locker = d.sess
 	}
-	if o.Table == "" {
-		o.Table = DefaultTable
-	}
-	if err := sqlcommon.CheckTable(o.Table); err != nil {
-		return nil, fmt.Errorf("pglock: %w", err)
-	}
-	d := &Driver{
-		pool:    pool,
-		ownPool: own,
-		mode:    o.Mode,
-		table:   o.Table,
-		channel: strings.ToLower(o.Table) + "_release",
-		sess:    sqlcommon.NewSessions[*pinned]("pglock"),
-	}
-	d.q = newQueries(o.Table)
+	d.base = sqlcommon.NewBase("pglock", locker, d.createSchema)
 	d.ln = newListener(d)
 	return d, nil
-}
-
-// open is the URLOpener for postgres:// and postgresql://.
-func open(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	opts, rest, err := parseURL(u)
-	if err != nil {
-		return nil, dlock.BadURL("%v", sqlcommon.Redact(err, u))
-	}
-	cfg, err := pgxpool.ParseConfig(rest.String())
-	if err != nil {
-		return nil, dlock.BadURL("%v", sqlcommon.Redact(fmt.Errorf("pglock: %w", err), u))
-	}
-	if !rest.Query().Has("pool_max_conns") {
-		// Session modes pin one connection per held lock.
-		cfg.MaxConns = 32
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, sqlcommon.Redact(fmt.Errorf("pglock: %w", err), u)
-	}
-	d, err := newDriver(pool, true, opts)
-	if err != nil {
-		pool.Close()
-		return nil, dlock.BadURL("%v", err) // options from the URL
-	}
-	if err := d.ensureSchema(ctx); err != nil {
-		pool.Close()
-		return nil, sqlcommon.Redact(err, u)
-	}
-	return d, nil
-}
-
-// parseURL takes this driver's parameters out of u and returns the options
-// and the URL to hand to pgx.
-func parseURL(u *url.URL) (*Options, *url.URL, error) {
-	rest := *u
-	q := rest.Query()
-	o := &Options{Mode: Mode(q.Get("mode")), Table: q.Get("table")}
-	if q.Has("mode") && o.Mode == "" {
-		return nil, nil, errors.New("pglock: URL parameter mode is empty")
-	}
-	if q.Has("table") && o.Table == "" {
-		return nil, nil, errors.New("pglock: URL parameter table is empty")
-	}
-	q.Del("mode")
-	q.Del("table")
-	rest.RawQuery = q.Encode()
-	return o, &rest, nil
 }
 
 // Mode reports the driver's mode.
 func (d *Driver) Mode() Mode { return d.mode }
 
-func (d *Driver) check() error { return d.sess.Check() }
-
-// ensureSchema creates the lock table(s) once.
-func (d *Driver) ensureSchema(ctx context.Context) error {
-	d.schemaMu.Lock()
-	defer d.schemaMu.Unlock()
-	if d.schemaOK {
-		return nil
-	}
+// createSchema creates the lock table(s); sqlcommon.Base runs it once.
+func (d *Driver) createSchema(ctx context.Context) error {
 	var ver int
 	if err := d.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&ver); err != nil {
 		return fmt.Errorf("pglock: reading server version: %w", err)
@@ -231,53 +184,24 @@ func (d *Driver) ensureSchema(ctx context.Context) error {
 		}
 	}
 	d.pgVer = ver
-	d.schemaOK = true
 	return nil
-}
-
-func (d *Driver) ready(ctx context.Context) error {
-	if err := d.check(); err != nil {
-		return err
-	}
-	return d.ensureSchema(ctx)
 }
 
 // TryAcquire implements driver.Driver.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := d.ready(ctx); err != nil {
-		return driver.Grant{}, err
-	}
-	if d.mode == ModeLease {
-		return d.leaseAcquire(ctx, req)
-	}
-	return d.sessionAcquire(ctx, req)
+	return d.base.TryAcquire(ctx, req)
 }
 
 // Release implements driver.Driver.
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
-	if err := d.ready(ctx); err != nil {
-		return 0, err
-	}
-	if d.mode == ModeLease {
-		return d.leaseRelease(ctx, l)
-	}
-	return d.sessionRelease(ctx, l)
+	return d.base.Release(ctx, l)
 }
 
 // Renew implements driver.Driver. In ModeLease it is one UPDATE for all of
 // ls; in the session modes it pings each pinned connection (in parallel) and
 // reports ErrSessionLost for those that are gone.
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
-	if err := d.ready(ctx); err != nil {
-		return nil, err
-	}
-	if len(ls) == 0 {
-		return nil, nil
-	}
-	if d.mode == ModeLease {
-		return d.leaseRenew(ctx, ls)
-	}
-	return d.sessionRenew(ctx, ls)
+	return d.base.Renew(ctx, ls)
 }
 
 // Close stops the listener, closes the connections pinned by held locks
@@ -285,12 +209,10 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 // pool itself from a URL, closes the pool. Leases in ModeLease are left to
 // expire. Close is idempotent.
 func (d *Driver) Close() error {
-	holds, first := d.sess.Close()
-	if !first {
+	if !d.base.Close() {
 		return nil
 	}
 	d.ln.close()
-	d.sess.EndAll(holds)
 	if d.ownPool {
 		d.pool.Close()
 	}
@@ -302,7 +224,7 @@ func (d *Driver) Close() error {
 // their locks only when its idle timeout ends the sessions), background
 // work stops, and later calls fail. Close closes the abandoned sockets.
 func (d *Driver) kill() {
-	d.sess.Kill()
+	d.base.Kill()
 	d.ln.close()
 	if d.ownPool {
 		d.pool.Close()

@@ -45,7 +45,7 @@ func newHarnessFor(mode Mode) locktest.NewHarness {
 }
 
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
-	d, err := open(ctx, sqltest.ModeURL(h.base, string(h.mode), h.table))
+	d, err := OpenURL(ctx, sqltest.ModeURL(h.base, string(h.mode), h.table))
 	if err != nil {
 		return nil, err
 	}
@@ -219,18 +219,22 @@ func TestURL(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		url, want string
+		invalid   bool // bad input (wraps driver.ErrInvalid), not a failure to connect
 	}{
-		{"postgres://u:s3cret@127.0.0.1:1/db?mode=bogus", "unknown mode"},
-		{"postgres://u:s3cret@127.0.0.1:1/db?table=bad-name", "table name"},
-		{"postgres://u:s3cret@127.0.0.1:1/db?mode=", "mode is empty"},
-		{"postgres://u:s3cret@127.0.0.1:1/db?sslmode=nonsense", "sslmode"},
-		{"postgresql://u:s3cret@127.0.0.1:1/db?connect_timeout=1", "connect"},
+		{"postgres://u:s3cret@127.0.0.1:1/db?mode=bogus", "unknown mode", true},
+		{"postgres://u:s3cret@127.0.0.1:1/db?table=bad-name", "table name", true},
+		{"postgres://u:s3cret@127.0.0.1:1/db?mode=", "mode is empty", true},
+		{"postgres://u:s3cret@127.0.0.1:1/db?sslmode=nonsense", "sslmode", true},
+		{"postgres://u@127.0.0.1:1/db?password=s3cret&sslmode=nonsense", "sslmode", true},
+		{"mysql://u:s3cret@127.0.0.1:1/db", "scheme", true},
+		{"postgresql://u:s3cret@127.0.0.1:1/db?connect_timeout=1", "connect", false},
+		{"postgresql://u@127.0.0.1:1/db?connect_timeout=1&password=s3cret", "connect", false},
 	} {
 		u, err := url.Parse(tc.url)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := open(ctx, u)
+		d, err := OpenURL(ctx, u)
 		if err == nil {
 			_ = d.Close()
 			t.Fatalf("%s: opened", tc.url)
@@ -238,10 +242,13 @@ func TestURL(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, "s3cret") {
 			t.Fatalf("%s: error %q: want it to mention %q and not the password", tc.url, msg, tc.want)
 		}
+		if errors.Is(err, driver.ErrInvalid) != tc.invalid {
+			t.Fatalf("%s: error %q: wraps ErrInvalid %v, want %v", tc.url, err, !tc.invalid, tc.invalid)
+		}
 	}
 	// Options map one-to-one onto the URL.
 	u, _ := url.Parse(serverURL(t) + "&mode=advisory&table=dlock_url_test")
-	d, err := open(ctx, u)
+	d, err := OpenURL(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,9 +497,10 @@ func TestRowLockFullPool(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = d.TryAcquire(ctx, driver.AcquireRequest{Name: base + "-2", Owner: "o", TTL: 10 * time.Second})
-	if err == nil || !strings.Contains(err.Error(), "pool") {
-		t.Fatalf("second lock on a 2-connection pool: %v, want an error about the pool", err)
+	if err == nil || !strings.Contains(err.Error(), "no free connection") {
+		t.Fatalf("second lock on a 2-connection pool: %v, want an error about the full pool", err)
 	}
+	t.Logf("full pool: %v", err)
 	if took := time.Since(start); took > pinTimeout+2*time.Second {
 		t.Fatalf("failing took %v", took)
 	}
@@ -523,7 +531,7 @@ func TestPre14Statements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := d.ensureSchema(ctx); err != nil {
+	if err := d.base.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
 	d.pgVer = 130000
@@ -555,4 +563,71 @@ func TestServerClockDecidesExpiry(t *testing.T) {
 	}
 	defer h.Close()
 	sqltest.ClockDecidesExpiry(t, s, h.NewDriver)
+}
+
+// TestSessionDiesAtGrant terminates the holder's backend while its grant
+// is being made, and has another driver take the lock before the grant
+// returns (see sqltest.DiesAtGrant). In ModeRowLock the kill lands between
+// the row lock and the fence increment (on a second connection), where it
+// used to let the dead session return a token larger than the live later
+// holder's; in ModeAdvisory the lock and the increment are one statement,
+// so the kill lands after both.
+func TestSessionDiesAtGrant(t *testing.T) {
+	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newTestHarness(t, mode)
+			ctx := context.Background()
+			a, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			arm := func(hook sqltest.Hook) {
+				a.(*Driver).testHookLocked = func(ctx context.Context, c *pinned) {
+					hook(ctx, func(ctx context.Context) error { return terminate(ctx, h.admin, c.pid) })
+				}
+			}
+			sqltest.DiesAtGrant(t, a, b, arm, mode == ModeRowLock)
+		})
+	}
+}
+
+// TestServerDown kills the server under drivers of every mode: TryAcquire
+// fails at once with the real cause (connection refused), not as a full
+// pool, as the session modes used to report every pool error.
+func TestServerDown(t *testing.T) {
+	srv := server.Private(t)
+	if srv == nil {
+		t.Skip("external server: cannot kill it")
+	}
+	ds := map[string]driver.Driver{}
+	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
+		d, err := newTestHarness(t, mode).NewDriver(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ds[string(mode)] = d
+	}
+	u, _ := url.Parse(srv.URL())
+	pw, _ := u.User.Password()
+	sqltest.ServerDown(t, srv, ds, func(d driver.Driver) { d.(*Driver).pool.Reset() }, pw)
+}
+
+// TestPausedHolder: a session-mode holder that stops renewing past its TTL
+// (the checker's pause-holder fault) loses its hold in the driver too, so
+// a waiter on the same driver gets the lock once the server has ended the
+// paused session (see sqltest.PausedHolder).
+func TestPausedHolder(t *testing.T) {
+	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newTestHarness(t, mode)
+			sqltest.PausedHolder(t, h.NewDriver, func(d driver.Driver) int { return d.(*Driver).sess.Len() })
+		})
+	}
 }

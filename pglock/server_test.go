@@ -14,6 +14,8 @@ var server = &sqltest.Server{
 	Kind:  "PostgreSQL",
 	Env:   "DLOCK_TEST_POSTGRES_URL",
 	Start: func() (*testserver.Server, error) { return testserver.StartPostgres(nil) },
+	// The examples read DATABASE_URL, as an application would.
+	ExampleEnv: "DATABASE_URL",
 }
 
 // serverURL returns the URL of the PostgreSQL server the tests use.

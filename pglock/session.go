@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
 // pinned is the connection a session-mode lock pins for as long as it is
@@ -40,9 +41,10 @@ func (c *pinned) Abandon() func() {
 	return func() { _ = pc.PgConn().Conn().Close() }
 }
 
-// pinTimeout bounds the wait for a free pool connection to pin: a full pool
-// means held locks pin every connection, and TryAcquire must not hang.
-const pinTimeout = 3 * time.Second
+// pinTimeout bounds the wait for a free pool connection to pin, or to
+// increment a fence on: a full pool means held locks pin every connection,
+// and TryAcquire must not hang.
+const pinTimeout = sqlcommon.PoolWait
 
 // AdvisoryKey returns the 64-bit key ModeAdvisory passes to
 // pg_try_advisory_lock for name: the first 8 bytes of SHA-256("dlock\x00" +
@@ -53,44 +55,43 @@ func AdvisoryKey(name string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
-func (d *Driver) sessionAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	pin := func(ctx context.Context) (*pinned, error) {
-		pctx, cancel := context.WithTimeout(ctx, pinTimeout)
-		conn, err := d.pool.Acquire(pctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil && pctx.Err() != nil {
-				return nil, fmt.Errorf("pglock: acquire: no free pool connection within %v (every held lock pins one; pool size %d)", pinTimeout, d.pool.Config().MaxConns)
-			}
-			return nil, fmt.Errorf("pglock: acquire: pinning a connection: %w", err)
-		}
-		return &pinned{Conn: conn, key: AdvisoryKey(req.Name), pid: conn.Conn().PgConn().PID(), timeoutMS: timeoutMS(req.TTL)}, nil
+// session is what the session modes' SQL shares: the store and Pin.
+type session struct{ *store }
+
+// Pin implements sqlcommon.SessionSQL: a connection from the pool, waiting
+// at most pinTimeout.
+func (d session) Pin(ctx context.Context, req driver.AcquireRequest) (*pinned, error) {
+	conn, err := d.poolConn(ctx, "pglock: acquire: pinning a connection")
+	if err != nil {
+		return nil, err
 	}
-	lock := func(ctx context.Context, c *pinned) (bool, uint64, error) {
-		if d.mode == ModeAdvisory {
-			return d.advisoryLock(ctx, c, req.Name, req.Owner)
-		}
-		return d.rowLock(ctx, c, req.Name, req.Owner)
-	}
-	return d.sess.Acquire(ctx, req, string(d.mode), pin, lock, func(c *pinned) { d.abortPin(c.Conn) })
+	return &pinned{Conn: conn, key: AdvisoryKey(req.Name), pid: conn.Conn().PgConn().PID(), timeoutMS: timeoutMS(req.TTL)}, nil
 }
 
-// abortPin undoes a failed acquire on a pinned connection. The lock may
-// have been taken before the failure (an advisory lock is not
-// transactional; the row lock's transaction is still open), so it is given
-// up explicitly, which frees it at once, and the connection goes back to
-// the pool; if that fails too, the connection is closed, which frees the
-// lock once the server notices.
-func (d *Driver) abortPin(conn *pgxpool.Conn) {
+// poolConn takes a connection from the pool, waiting at most pinTimeout.
+// Its error names the real cause (a refused or failed connection), and
+// says the pool was exhausted only when that is why the wait ran out.
+func (d *store) poolConn(ctx context.Context, what string) (*pgxpool.Conn, error) {
+	return sqlcommon.WithPoolWait(ctx, what, "every held lock pins one; size the pool with pool_max_conns",
+		func() (int, int) {
+			st := d.pool.Stat()
+			return int(st.AcquiredConns()), int(st.MaxConns())
+		}, d.pool.Acquire)
+}
+
+// abort undoes a failed acquire on a pinned connection with stmt, which
+// gives up whatever lock the session may hold. The lock may have been taken
+// before the failure (an advisory lock is not transactional; the row lock's
+// transaction is still open), so it is given up explicitly, which frees it
+// at once, and the connection goes back to the pool; if that fails too, the
+// connection is closed, which frees the lock once the server notices.
+func abort(c *pinned, stmt string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	conn := c.Conn
 	var err error
 	if !conn.Conn().PgConn().IsClosed() {
-		if d.mode == ModeAdvisory {
-			_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
-		} else {
-			_, err = conn.Exec(ctx, "ROLLBACK")
-		}
+		_, err = conn.Exec(ctx, stmt)
 	}
 	if err != nil || conn.Conn().PgConn().IsClosed() {
 		_ = conn.Hijack().Close(ctx)
@@ -99,33 +100,103 @@ func (d *Driver) abortPin(conn *pgxpool.Conn) {
 	conn.Release()
 }
 
-// advisoryLock tries the advisory lock and, if granted, bumps the fence in
-// the same autocommitted statement.
-func (d *Driver) advisoryLock(ctx context.Context, c *pinned, name, owner string) (bool, uint64, error) {
+// advisory is the SQL of ModeAdvisory: pg_try_advisory_lock on the name's
+// AdvisoryKey, held by the pinned session.
+type advisory struct{ session }
+
+var _ sqlcommon.SessionSQL[*pinned] = advisory{}
+
+// Abort implements sqlcommon.SessionSQL.
+func (advisory) Abort(c *pinned) { abort(c, "SELECT pg_advisory_unlock_all()") }
+
+// Lock implements sqlcommon.SessionSQL: it tries the advisory lock and, if
+// granted, bumps the fence in the same autocommitted statement.
+func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	name, owner := req.Name, req.Owner
 	var (
 		ok    bool
 		fence int64
 		old   string
 	)
 	var row pgx.Row
-	if d.pgVer >= 140000 {
-		row = c.QueryRow(ctx, d.q.advisoryAcquire, c.key, name, owner, c.timeoutMS)
+	if a.pgVer >= 140000 {
+		row = c.QueryRow(ctx, a.q.advisoryAcquire, c.key, name, owner, c.timeoutMS)
 	} else {
-		row = c.QueryRow(ctx, d.q.advisoryAcquire13, c.key, name, owner)
+		row = c.QueryRow(ctx, a.q.advisoryAcquire13, c.key, name, owner)
 	}
 	if err := row.Scan(&ok, &fence, &old); err != nil {
 		return false, 0, err
 	}
 	c.oldTimeout = old
+	if ok && a.testHookLocked != nil {
+		a.testHookLocked(ctx, c)
+	}
 	return ok, uint64(fence), nil
 }
 
-// rowLock opens a transaction on the pinned connection and locks the name's
-// row with FOR UPDATE NOWAIT. The fencing counter is then bumped on another
-// pooled connection in autocommit: an increment inside the held transaction
-// would be rolled back if the holder crashed, and the next holder would be
-// handed the same token again.
-func (d *Driver) rowLock(ctx context.Context, c *pinned, name, owner string) (bool, uint64, error) {
+// Unlock implements sqlcommon.SessionSQL: pg_advisory_unlock, a NOTIFY to
+// waiters and, if Lock armed it, the session's old idle timeout back, in
+// one statement.
+func (a advisory) Unlock(ctx context.Context, c *pinned, name string) error {
+	var (
+		released bool
+		notified *bool
+		err      error
+	)
+	if c.oldTimeout != "" {
+		err = c.QueryRow(ctx, a.q.advisoryReleaseReset, c.key, a.channel, name, c.oldTimeout).Scan(&released, &notified, nil)
+	} else {
+		err = c.QueryRow(ctx, a.q.advisoryRelease, c.key, a.channel, name).Scan(&released, &notified)
+	}
+	if err == nil && !released {
+		err = errors.New("pg_advisory_unlock found no lock on the session")
+	}
+	return err
+}
+
+// Ping implements sqlcommon.SessionSQL: it proves the session alive and
+// re-arms its idle_session_timeout to ttl (where the server has it).
+func (a advisory) Ping(ctx context.Context, c *pinned, ttl time.Duration) error {
+	var err error
+	if c.oldTimeout != "" {
+		_, err = c.Exec(ctx, a.q.advisoryPing, timeoutMS(ttl))
+	} else {
+		_, err = c.Exec(ctx, "SELECT 1")
+	}
+	return err
+}
+
+// rowLock is the SQL of ModeRowLock: SELECT … FOR UPDATE NOWAIT on the
+// name's row, in a transaction the pinned session keeps open.
+type rowLock struct{ session }
+
+var _ sqlcommon.SessionSQL[*pinned] = rowLock{}
+
+// Abort implements sqlcommon.SessionSQL.
+func (rowLock) Abort(c *pinned) { abort(c, "ROLLBACK") }
+
+// Lock implements sqlcommon.SessionSQL. It opens a transaction on the
+// pinned connection and locks the name's row with FOR UPDATE NOWAIT. The fencing counter is then incremented on
+// another pooled connection in autocommit: an increment inside the held
+// transaction would be rolled back if the holder crashed, and the next
+// holder would be handed the same token again.
+//
+// Between the row lock and the increment the pinned session may die (it is
+// terminated, its server-side idle timeout fires, the network drops it). A
+// later holder may then lock the row and increment first, and this
+// increment would hand the dead session the larger token. So the grant is
+// only returned once the pinned session, after the increment, confirms in
+// the same transaction that it still holds the row: a transaction ends only
+// with its session or with a COMMIT, ROLLBACK or error (which releases the
+// row lock and makes the confirming statement fail), so a confirmation
+// proves the row lock was held from before the increment until after it,
+// and every later holder's increment comes after ours. The alternative,
+// gating the increment itself on the pinned backend holding the row
+// (pg_locks against the row's xmax), saves that round trip but depends on
+// how row locks are stored and reads pg_locks, which takes every lock
+// partition's lock on each acquire.
+func (r rowLock) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	d, name, owner := r.store, req.Name, req.Owner
 	for attempt := 0; ; attempt++ {
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
@@ -155,60 +226,50 @@ func (d *Driver) rowLock(ctx context.Context, c *pinned, name, owner string) (bo
 		default:
 			return false, 0, err
 		}
-		// Bounded: with every pool connection pinned by held locks this
-		// would otherwise wait for a release that may never come.
-		fctx, cancel := context.WithTimeout(ctx, pinTimeout)
-		var fence int64
-		err = d.pool.QueryRow(fctx, d.q.fenceBump, name, owner).Scan(&fence)
-		cancel()
+		if d.testHookLocked != nil {
+			d.testHookLocked(ctx, c)
+		}
+		fence, err := d.bumpFence(ctx, name, owner)
 		if err != nil {
-			return false, 0, fmt.Errorf("bumping the fencing counter on a second connection (the pool needs one more than the locks held): %w", err)
+			return false, 0, err
+		}
+		if err := c.QueryRow(ctx, d.q.rowLock, name, c.timeoutMS).Scan(&set); err != nil {
+			return false, 0, fmt.Errorf("the pinned session could not confirm its row lock after the fence increment (to %d), so the lock is not granted: %w: %w", fence, driver.ErrSessionLost, err)
 		}
 		return true, uint64(fence), nil
 	}
 }
 
-func (d *Driver) sessionRelease(ctx context.Context, l driver.Lease) (int, error) {
-	return d.sess.Release(ctx, l, func(ctx context.Context, c *pinned) error {
-		if d.mode != ModeAdvisory {
-			b := &pgx.Batch{}
-			b.Queue(d.q.rowNotify, d.channel, l.Name)
-			b.Queue("COMMIT")
-			return c.SendBatch(ctx, b).Close()
-		}
-		var (
-			released bool
-			notified *bool
-			err      error
-		)
-		if c.oldTimeout != "" {
-			err = c.QueryRow(ctx, d.q.advisoryReleaseReset, c.key, d.channel, l.Name, c.oldTimeout).Scan(&released, &notified, nil)
-		} else {
-			err = c.QueryRow(ctx, d.q.advisoryRelease, c.key, d.channel, l.Name).Scan(&released, &notified)
-		}
-		if err == nil && !released {
-			err = errors.New("pg_advisory_unlock found no lock on the session")
-		}
-		return err
-	})
+// bumpFence increments name's fencing counter on a second pool connection
+// in autocommit and returns its new value.
+func (d *store) bumpFence(ctx context.Context, name, owner string) (int64, error) {
+	const what = "incrementing the fencing counter on a second connection"
+	conn, err := d.poolConn(ctx, what+" (the pool needs one more than the locks held)")
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	var fence int64
+	if err := conn.QueryRow(ctx, d.q.fenceBump, name, owner).Scan(&fence); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return fence, nil
 }
 
-// sessionRenew proves each pinned connection is alive and re-arms its
-// server-side idle timeout to the lease's TTL.
-func (d *Driver) sessionRenew(ctx context.Context, ls []driver.Lease) ([]error, error) {
-	return d.sess.Renew(ctx, ls, func(ctx context.Context, c *pinned, ttl time.Duration) error {
-		ms := timeoutMS(ttl)
-		var err error
-		switch {
-		case d.mode == ModeRowLock:
-			_, err = c.Exec(ctx, d.q.rowPing, ms)
-		case c.oldTimeout != "":
-			_, err = c.Exec(ctx, d.q.advisoryPing, ms)
-		default:
-			_, err = c.Exec(ctx, "SELECT 1")
-		}
-		return err
-	}), nil
+// Unlock implements sqlcommon.SessionSQL: a NOTIFY to waiters and the
+// COMMIT that ends the transaction holding the row, pipelined.
+func (r rowLock) Unlock(ctx context.Context, c *pinned, name string) error {
+	b := &pgx.Batch{}
+	b.Queue(r.q.rowNotify, r.channel, name)
+	b.Queue("COMMIT")
+	return c.SendBatch(ctx, b).Close()
+}
+
+// Ping implements sqlcommon.SessionSQL: it proves the session alive and
+// re-arms its idle_in_transaction_session_timeout to ttl.
+func (r rowLock) Ping(ctx context.Context, c *pinned, ttl time.Duration) error {
+	_, err := c.Exec(ctx, r.q.rowPing, timeoutMS(ttl))
+	return err
 }
 
 // holderPID returns the backend PID of the connection holding name in this

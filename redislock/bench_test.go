@@ -21,7 +21,7 @@ func BenchmarkDriver(b *testing.B) {
 	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
 	u, _ := url.Parse(srv.URL())
-	dd, err := openURL(ctx, u)
+	dd, err := OpenURL(ctx, u)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func BenchmarkDriver(b *testing.B) {
 	b.Run("Handoff", func(b *testing.B) {
 		// One holder, one waiter in another driver: from the release call
 		// to the waiter's grant, over a PING round trip.
-		d2d, err := openURL(ctx, u)
+		d2d, err := OpenURL(ctx, u)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -445,7 +445,7 @@ func TestURL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return openURL(ctx, u)
+		return OpenURL(ctx, u)
 	}
 	d, err := open(srv.URL() + "?key_prefix=app1:&pool_size=4")
 	if err != nil {
@@ -456,13 +456,18 @@ func TestURL(t *testing.T) {
 	}
 	_ = d.Close()
 
-	for _, tc := range []struct{ url, want string }{
-		{srv.URL() + "?bogus=1", "bogus"},
-		{srv.URL() + "?key_prefix=a{b", "KeyPrefix"},
-		{srv.URL() + "?key_prefix=", "key_prefix"},
-		{"redis://user:s3cr3t-pw@" + base.Host + "/0?pool_size=x", "pool_size"},
-		{"redis://user:s3cr3t-pw@127.0.0.1:1/0", "cannot reach"},
-		{"redis://user:s3cr3t-pw@" + base.Host + "/zero", "database"},
+	// Bad input wraps driver.ErrInvalid (dlock.Open reports it as an
+	// invalid URL, the CLI exits 64); an unreachable server does not.
+	for _, tc := range []struct {
+		url, want string
+		invalid   bool
+	}{
+		{srv.URL() + "?bogus=1", "bogus", true},
+		{srv.URL() + "?key_prefix=a{b", "KeyPrefix", true},
+		{srv.URL() + "?key_prefix=", "key_prefix", true},
+		{"redis://user:s3cr3t-pw@" + base.Host + "/0?pool_size=x", "pool_size", true},
+		{"redis://user:s3cr3t-pw@127.0.0.1:1/0", "cannot reach", false},
+		{"redis://user:s3cr3t-pw@" + base.Host + "/zero", "database", true},
 	} {
 		d, err := open(tc.url)
 		if err == nil {
@@ -472,6 +477,9 @@ func TestURL(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %q does not mention %q", tc.url, err, tc.want)
+		}
+		if got := errors.Is(err, driver.ErrInvalid); got != tc.invalid {
+			t.Errorf("%s: error %q: wraps driver.ErrInvalid = %v, want %v", tc.url, err, got, tc.invalid)
 		}
 		if strings.Contains(err.Error(), "s3cr3t") {
 			t.Errorf("%s: error %q shows the password", tc.url, err)
@@ -511,7 +519,7 @@ func TestCloseClosesURLClient(t *testing.T) {
 	srv := testserver.Redis(t, nil)
 	ctx := ctxT(t)
 	u, _ := url.Parse(srv.URL())
-	dd, err := openURL(ctx, u)
+	dd, err := OpenURL(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openURL(ctx, u)
+	return OpenURL(ctx, u)
 }
 
 func (h *harness) Kill(d driver.Driver) error {

@@ -3,9 +3,9 @@ package redislock
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/dlock/dlock/internal/redisscript/redistest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain starts a redis-server for the runnable examples (REDIS_URL) and
+// checks for leaked goroutines after the tests.
+func TestMain(m *testing.M) { redistest.Main(m, 1) }

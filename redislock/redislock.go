@@ -27,6 +27,18 @@
 // one driver share a single pub/sub connection; see Driver.Subscribe for who
 // is woken.
 //
+// A key that dlock did not write, of any type, at "dlock:{N}" (another
+// client's SET NX PX lock, a Redisson hash, anything) is a lock held by an
+// unknown owner; so is one at "dlock:{N}:fence" while the lock is free. The
+// scripts never overwrite such a key: an acquire is refused (RetryAfter is
+// the key's PTTL, unknown when it has none), a waiting Lock waits until it
+// expires or is deleted, Release and Renew report ErrNotHeld, and Inspect
+// shows the name held by "?".
+//
+// Close releases whatever the driver granted and nobody released, grants
+// that were completing while Close began included, before it closes its
+// connections.
+//
 // # Guarantees and their limits
 //
 // Mutual exclusion holds as far as the Redis server's memory does: on one
@@ -43,22 +55,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
+	"github.com/dlock/dlock/internal/openurl"
 	"github.com/dlock/dlock/internal/redisscript"
 )
-
-func init() {
-	dlock.Register("redis", openURL)
-	dlock.Register("rediss", openURL)
-}
 
 // DefaultKeyPrefix is the prefix of every key and channel when
 // Options.KeyPrefix is empty.
@@ -82,6 +89,8 @@ type Driver struct {
 	prefix string
 	hub    *redisscript.Hub
 
+	gate      redisscript.Gate   // Close waits for calls in flight, refuses new ones
+	grants    redisscript.Grants // granted and not released: Close releases them
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -100,17 +109,18 @@ var (
 // every network wait; without it go-redis bounds reads by its ReadTimeout
 // only. With a *redis.ClusterClient a lock's keys share one slot by their
 // hash tag, and renewal sends one script call per lease in one pipeline per
-// node.
+// node. A nil client or a bad Options field is refused with an error
+// wrapping driver.ErrInvalid.
 func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if client == nil {
-		return nil, errors.New("redislock: client is nil")
+		return nil, openurl.Invalid("client", "redislock: client is nil")
 	}
 	prefix := DefaultKeyPrefix
 	if o != nil && o.KeyPrefix != "" {
 		prefix = o.KeyPrefix
 	}
 	if err := redisscript.CheckPrefix(prefix); err != nil {
-		return nil, fmt.Errorf("redislock: invalid KeyPrefix: %w", err)
+		return nil, openurl.Invalid("KeyPrefix", "redislock: invalid KeyPrefix: %w", err)
 	}
 	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client, nil)}, nil
 }
@@ -122,47 +132,93 @@ func (d *Driver) keys(name string, handle any) redisscript.Keys {
 	return redisscript.KeysFor(d.prefix, name)
 }
 
+// errClosed is returned by calls made after Close began.
+var errClosed = fmt.Errorf("redislock: %w", dlock.ErrClosed)
+
 // TryAcquire takes, re-enters or is refused the lock in one script call.
 // A refusal is a *driver.LockedError whose RetryAfter is the key's remaining
 // PTTL: the holder's remaining lease plus its lock-delay.
+//
+// A key that dlock did not write, of any type, at the lock's key (or at its
+// fencing counter while the lock is free) is a lock held by an unknown
+// owner: it is never overwritten, and the refusal's RetryAfter is that key's
+// PTTL, or zero (unknown) when it has no expiry and is held until somebody
+// deletes it.
+//
+// After Close has begun it fails with an error wrapping dlock.ErrClosed; a
+// grant that completes while Close runs is not returned but released by
+// Close.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if !d.gate.Enter() {
+		return driver.Grant{}, errClosed
+	}
+	defer d.gate.Exit()
 	k := redisscript.KeysFor(d.prefix, req.Name)
+	sent := time.Now()
 	r, err := redisscript.Acquire(ctx, d.client, k, req.Owner, req.TTL, req.LockDelay)
 	if err != nil {
-		return driver.Grant{}, wrap(ctx, "acquire", err)
+		// The outcome is unknown: the script may have run. Book it, so
+		// that Close releases it if nobody does first (the dlock
+		// package's clean-up Release removes it from the book).
+		d.grants.Granted(k, req.Owner, req.TTL, sent)
+		return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire", err)
 	}
 	if !r.Granted {
 		return driver.Grant{}, &driver.LockedError{RetryAfter: r.PTTL, Token: r.Fence}
+	}
+	d.grants.Granted(k, req.Owner, req.TTL, sent)
+	if d.gate.Stopped() {
+		return driver.Grant{}, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
 	return driver.Grant{Token: r.Fence, Count: r.Count, Handle: &k}, nil
 }
 
 // Release gives up one hold. The last hold deletes the lock at once and
 // publishes on its release channel.
+// After Close has begun it fails with an error wrapping dlock.ErrClosed
+// (Close has released, or is releasing, every grant of the driver).
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
-	remaining, held, err := redisscript.Release(ctx, d.client, d.keys(l.Name, l.Handle), l.Owner, l.Token)
-	if err != nil {
-		return 0, wrap(ctx, "release", err)
+	if !d.gate.Enter() {
+		return 0, errClosed
 	}
+	defer d.gate.Exit()
+	k := d.keys(l.Name, l.Handle)
+	remaining, held, err := redisscript.Release(ctx, d.client, k, l.Owner, l.Token)
+	if err != nil {
+		return 0, ctxerr.Wrap(ctx, "redislock: release", err)
+	}
+	d.grants.Released(k.Lock, l.Owner, held)
 	if !held {
 		return 0, driver.ErrNotHeld
 	}
 	return remaining, nil
 }
 
-// Renew extends every lease in one round trip (see the package doc).
+// Renew extends every lease in one round trip (see the package doc). A
+// key dlock did not write is not held. After Close has begun it fails with
+// an error wrapping dlock.ErrClosed.
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	if !d.gate.Enter() {
+		return nil, errClosed
+	}
+	defer d.gate.Exit()
 	items := make([]redisscript.RenewItem, len(ls))
 	for i, l := range ls {
 		items[i] = redisscript.RenewItem{Lock: d.keys(l.Name, l.Handle).Lock, Owner: l.Owner, Token: l.Token, TTL: l.TTL}
 	}
+	sent := time.Now()
 	errs, err := redisscript.Renew(ctx, d.client, items)
 	if err != nil {
-		return nil, wrap(ctx, "renew", err)
+		return nil, ctxerr.Wrap(ctx, "redislock: renew", err)
 	}
 	for i, e := range errs {
-		if e != nil && !errors.Is(e, driver.ErrNotHeld) {
-			errs[i] = wrap(ctx, "renew", e)
+		switch {
+		case e == nil:
+			d.grants.Renewed(items[i].Lock, items[i].Owner, items[i].TTL, sent, true)
+		case errors.Is(e, driver.ErrNotHeld):
+			d.grants.Renewed(items[i].Lock, items[i].Owner, items[i].TTL, sent, false)
+		default:
+			errs[i] = ctxerr.Wrap(ctx, "redislock: renew", e)
 		}
 	}
 	return errs, nil
@@ -182,46 +238,34 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 	sig := make(chan struct{}, 1)
 	s, err := d.hub.Subscribe(ctx, redisscript.KeysFor(d.prefix, name).Channel, sig)
 	if err != nil {
-		return nil, wrap(ctx, "subscribe", err)
+		return nil, ctxerr.Wrap(ctx, "redislock: subscribe", err)
 	}
-	return &subscription{sub: s, sig: sig}, nil
-}
-
-type subscription struct {
-	sub  *redisscript.Sub
-	sig  chan struct{}
-	once sync.Once
-}
-
-func (s *subscription) C() <-chan struct{} { return s.sig }
-
-func (s *subscription) Close() error {
-	s.once.Do(func() {
-		pending := false
-		select {
-		case <-s.sig:
-			pending = true
-		default:
-		}
-		s.sub.Close(pending)
-	})
-	return nil
+	return redisscript.NewSubscription(sig, s), nil
 }
 
 // Inspect lists the locks whose names start with prefix, free ones that
 // were once taken included (they keep their fencing counter). ExpiresIn is
 // the time until the lock frees itself if nobody renews or releases it,
-// lock-delay included. Waiters is -1 (unknown). It SCANs the key space (on
-// every primary of a cluster), so it is meant for status output, not for hot
-// paths.
+// lock-delay included. Waiters is -1 (unknown). A name held by a key dlock
+// did not write is shown with Owner "?" (redisscript.ForeignOwner), Token 0,
+// Count 1 and ExpiresIn that key's PTTL, negative when it has none. It SCANs
+// the key space (on every primary of a cluster), so it is meant for status
+// output, not for hot paths.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	if !d.gate.Enter() {
+		return nil, errClosed
+	}
+	defer d.gate.Exit()
 	nodes, err := redisscript.Inspect(ctx, d.client, d.prefix, prefix)
 	if err != nil {
-		return nil, wrap(ctx, "inspect", err)
+		return nil, ctxerr.Wrap(ctx, "redislock: inspect", err)
 	}
 	out := make([]driver.LockInfo, len(nodes))
 	for i, n := range nodes {
 		out[i] = driver.LockInfo{Name: n.Name, Owner: n.Owner, Token: n.Fence, Count: n.Count, ExpiresIn: n.PTTL, Waiters: -1}
+		if n.Foreign {
+			out[i].Owner = redisscript.ForeignOwner
+		}
 	}
 	return out, nil
 }
@@ -231,12 +275,23 @@ func (d *Driver) Limits() driver.Limits {
 	return driver.Limits{MinTTL: time.Millisecond, TTLGranularity: time.Millisecond}
 }
 
-// Close stops the driver's pub/sub connection. It closes the go-redis
-// client only if the driver opened it from a URL. Locks still held are left
-// to expire. Close is idempotent.
+// Close refuses new calls, waits for the calls in flight, releases every
+// grant the driver handed out (or was completing) that has not been
+// released, then stops the driver's pub/sub connection. It closes the
+// go-redis client only if the driver opened it from a URL. So no lock the
+// driver granted outlives Close, even one whose grant raced it; Close
+// reports an error when such a release failed (that lock then expires by
+// its TTL). Each call in flight is bounded by its context and the client's
+// timeouts. Close is idempotent.
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
-		d.closeErr = d.hub.Close()
+		d.gate.Stop()
+		if err := d.grants.ReleaseAll([]redis.UniversalClient{d.client}); err != nil {
+			d.closeErr = fmt.Errorf("redislock: close: %w", err)
+		}
+		if err := d.hub.Close(); d.closeErr == nil {
+			d.closeErr = err
+		}
 		if d.own {
 			if err := d.client.Close(); d.closeErr == nil {
 				d.closeErr = err
@@ -251,85 +306,6 @@ func (d *Driver) Close() error {
 func (d *Driver) kill() {
 	_ = d.hub.Close()
 	_ = d.client.Close()
+	d.gate.Stop()
+	d.grants.Forget()
 }
-
-// wrap adds the operation to err, and makes sure an error caused by ctx
-// wraps ctx.Err() (go-redis reports a missed deadline as an i/o timeout).
-func wrap(ctx context.Context, op string, err error) error {
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("redislock: %s: %w (%v)", op, cerr, err)
-	}
-	return fmt.Errorf("redislock: %s: %w", op, err)
-}
-
-// ourParams are the URL query parameters that configure the driver; every
-// other parameter goes to go-redis (redis.ParseURL), which refuses unknown
-// ones by name.
-var ourParams = []string{"key_prefix"}
-
-// openURL opens a driver for redis://[user:password@]host[:port][/db][?…]
-// and rediss:// (TLS). See ParseURL for the parameters.
-func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	opt, o, err := parseURL(u)
-	if err != nil {
-		return nil, dlock.BadURL("%v", err)
-	}
-	client := redis.NewClient(opt)
-	d, err := New(client, o)
-	if err != nil {
-		_ = client.Close()
-		return nil, err
-	}
-	d.own = true
-	if err := client.Ping(ctx).Err(); err != nil {
-		_ = d.Close()
-		return nil, fmt.Errorf("redislock: cannot reach %s: %w", opt.Addr, scrub(err, u))
-	}
-	return d, nil
-}
-
-// parseURL splits u into go-redis options and driver options. Errors never
-// contain the URL's password.
-func parseURL(u *url.URL) (*redis.Options, *Options, error) {
-	q := u.Query()
-	o := &Options{}
-	for _, p := range ourParams {
-		if v, ok := q[p]; ok {
-			switch p {
-			case "key_prefix":
-				o.KeyPrefix = v[len(v)-1]
-				if o.KeyPrefix == "" {
-					return nil, nil, errors.New("redislock: URL parameter key_prefix is empty")
-				}
-			}
-			q.Del(p)
-		}
-	}
-	retries := q.Has("max_retries")
-	ru := *u
-	ru.RawQuery = q.Encode()
-	opt, err := redis.ParseURL(ru.String())
-	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			return nil, nil, fmt.Errorf("redislock: invalid URL: %v", scrub(uerr.Err, u))
-		}
-		return nil, nil, fmt.Errorf("redislock: invalid URL: %v", scrub(err, u))
-	}
-	opt.ContextTimeoutEnabled = true
-	// One dial per attempt: a dead node should fail fast, not retry
-	// until the node timeout.
-	opt.DialerRetries = 1
-	if !retries {
-		// A retried script whose first reply was lost would run twice
-		// (re-entering the lock); let dlock treat the outcome as unknown.
-		opt.MaxRetries = -1
-	}
-	// Our servers are plain Redis; skip the maintenance-notification
-	// handshake (and its log line on servers that do not know it).
-	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return opt, o, nil
-}
-
-// scrub removes u's secrets from err's text.
-func scrub(err error, u *url.URL) error { return dlock.RedactError(err, u) }

@@ -106,11 +106,11 @@ func TestTwoOfThreeDownNeverGrants(t *testing.T) {
 	}
 	// Opening a new driver refuses without a quorum.
 	u, _ := url.Parse(redlockURL(srvs, ""))
-	if d, err := openURL(ctx, u); err == nil {
+	if d, err := OpenURL(ctx, u); err == nil {
 		_ = d.Close()
-		t.Fatal("openURL succeeded with 1 of 3 nodes reachable")
+		t.Fatal("OpenURL succeeded with 1 of 3 nodes reachable")
 	} else if !strings.Contains(err.Error(), "only 1 of 3 nodes reachable") {
-		t.Fatalf("openURL: %v", err)
+		t.Fatalf("OpenURL: %v", err)
 	}
 }
 
@@ -278,21 +278,27 @@ func TestURL(t *testing.T) {
 		t.Errorf("driver from URL: prefix %q, node timeout %v, quorum %d, %d nodes", d.prefix, d.nodeTimeout, d.Quorum(), len(d.nodes))
 	}
 	_ = d.Close()
-	for _, tc := range []struct{ url, want string }{
-		{"redlock://" + hosts[0] + "," + hosts[0] + "/0", "twice"},
-		{"redlock:///0", "no nodes"},
-		{"redlock://," + hosts[0] + "/0", "empty node"},
-		{"redlock://" + strings.Join(hosts, ",") + "/0?bogus=1", "bogus"},
-		{"redlock://" + strings.Join(hosts, ",") + "/0?node_timeout=fast", "node_timeout"},
-		{"redlock://" + strings.Join(hosts, ",") + "/0?tls=maybe", "tls"},
-		{"redlock://:s3cr3t@" + strings.Join(hosts, ",") + "/0?pool_size=x", "pool_size"},
-		{"redlock://:s3cr3t@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0", "only 0 of 3"},
+	// Bad input wraps driver.ErrInvalid (dlock.Open reports it as an
+	// invalid URL, the CLI exits 64); unreachable nodes do not.
+	for _, tc := range []struct {
+		url, want string
+		invalid   bool
+	}{
+		{"redlock://" + hosts[0] + "," + hosts[0] + "/0", "twice", true},
+		{"redlock:///0", "no nodes", true},
+		{"redlock://," + hosts[0] + "/0", "empty node", true},
+		{"redlock://" + strings.Join(hosts, ",") + "/0?bogus=1", "bogus", true},
+		{"redlock://" + strings.Join(hosts, ",") + "/0?node_timeout=fast", "node_timeout", true},
+		{"redlock://" + strings.Join(hosts, ",") + "/0?tls=maybe", "tls", true},
+		{"redlock://" + strings.Join(hosts, ",") + "/0?key_prefix=a{b", "KeyPrefix", true},
+		{"redlock://:s3cr3t@" + strings.Join(hosts, ",") + "/0?pool_size=x", "pool_size", true},
+		{"redlock://:s3cr3t@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0", "only 0 of 3", false},
 	} {
 		u, err := url.Parse(tc.url)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.url, err)
 		}
-		d, err := openURL(ctx, u)
+		d, err := OpenURL(ctx, u)
 		if err == nil {
 			_ = d.Close()
 			t.Errorf("%s: no error", tc.url)
@@ -300,6 +306,9 @@ func TestURL(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %q does not mention %q", tc.url, err, tc.want)
+		}
+		if got := errors.Is(err, driver.ErrInvalid); got != tc.invalid {
+			t.Errorf("%s: error %q: wraps driver.ErrInvalid = %v, want %v", tc.url, err, got, tc.invalid)
 		}
 		if strings.Contains(err.Error(), "s3cr3t") {
 			t.Errorf("%s: error shows the password: %v", tc.url, err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -56,7 +55,7 @@ func openTest(ctx context.Context, raw string) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := openURL(ctx, u)
+	d, err := OpenURL(ctx, u)
 	if err != nil {
 		return nil, err
 	}
@@ -122,17 +121,7 @@ func (h *harness) rawClients() ([]*redis.Client, func(), error) {
 
 // parallel runs fn on every client at once and returns the first error.
 func parallel(cs []*redis.Client, fn func(c *redis.Client) error) error {
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = fn(c)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
+	for _, err := range redisscript.OnEach(cs, fn) {
 		if err != nil {
 			return err
 		}

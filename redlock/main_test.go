@@ -3,9 +3,9 @@ package redlock
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/dlock/dlock/internal/redisscript/redistest"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+// TestMain starts three redis-servers for the runnable examples
+// (REDIS_ADDRS) and checks for leaked goroutines after the tests.
+func TestMain(m *testing.M) { redistest.Main(m, 3) }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,17 +13,31 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/openurl"
+	"github.com/dlock/dlock/internal/redisscript"
 )
 
-// openURL opens redlock://[user:password@]h1:port,h2:port,…[/db][?…].
+// Scheme is the URL scheme this package registers with dlock:
+// redlock://[user:password@]h1:port,h2:port,…[/db][?…].
+const Scheme = "redlock"
+
+func init() {
+	dlock.Register(Scheme, OpenURL)
+}
+
+// OpenURL opens a driver for redlock://[user:password@]h1:port,h2:port,…[/db][?…]
+// over go-redis clients of its own, one per node, which Close closes.
 // Parameters key_prefix and node_timeout set Options; tls=true connects
 // with TLS (as rediss://); every other parameter goes to go-redis for each
-// node, which refuses unknown ones by name. The URL's password is never put
-// into an error.
-func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
+// node, which refuses unknown ones by name. Each client gets
+// ContextTimeoutEnabled, one dial per attempt and, unless max_retries is
+// given, no retries. A malformed URL or a bad value is refused with an error
+// wrapping driver.ErrInvalid; fewer than a quorum of nodes answering PING
+// fails the open. No error carries the URL's password.
+func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	opts, o, err := parseURL(u)
 	if err != nil {
-		return nil, dlock.BadURL("%v", err)
+		return nil, openurl.BadURL("%w", err)
 	}
 	clients := make([]redis.UniversalClient, len(opts))
 	for i, opt := range opts {
@@ -42,23 +55,14 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	}
 	d.own = true
 	// Refuse to start without a quorum: nothing could be granted.
-	errs := make([]error, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.Ping(ctx).Err()
-		}()
-	}
-	wg.Wait()
+	errs := redisscript.OnEach(clients, func(c redis.UniversalClient) error { return c.Ping(ctx).Err() })
 	up := 0
 	var down []string
 	for i, err := range errs {
 		if err == nil {
 			up++
 		} else {
-			down = append(down, fmt.Sprintf("%s: %v", opts[i].Addr, scrub(err, u)))
+			down = append(down, fmt.Sprintf("%s: %v", opts[i].Addr, openurl.RedactError(err, u)))
 		}
 	}
 	if up < d.quorum {
@@ -68,6 +72,8 @@ func openURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
+// parseURL splits u into one go-redis Options per node and the driver's
+// Options. Errors never contain the URL's password.
 func parseURL(u *url.URL) ([]*redis.Options, *Options, error) {
 	if u.Host == "" {
 		return nil, nil, errors.New("redlock: URL names no nodes (want redlock://h1:6379,h2:6379,h3:6379)")
@@ -112,9 +118,9 @@ func parseURL(u *url.URL) ([]*redis.Options, *Options, error) {
 		if err != nil {
 			var uerr *url.Error
 			if errors.As(err, &uerr) {
-				err = uerr.Err
+				err = uerr.Err // its text is the whole URL, password included
 			}
-			return nil, nil, fmt.Errorf("redlock: invalid URL (node %s): %v", host, scrub(err, u))
+			return nil, nil, fmt.Errorf("redlock: invalid URL (node %s): %w", host, openurl.RedactError(err, u))
 		}
 		if seen[opt.Addr] {
 			return nil, nil, fmt.Errorf("redlock: node %s is listed twice", opt.Addr)
@@ -132,6 +138,3 @@ func parseURL(u *url.URL) ([]*redis.Options, *Options, error) {
 	}
 	return opts, o, nil
 }
-
-// scrub removes u's secrets from err's text.
-func scrub(err error, u *url.URL) error { return dlock.RedactError(err, u) }

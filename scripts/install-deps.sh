@@ -19,6 +19,7 @@ packages=(
 	postgresql           # initdb and postgres, for pglock
 	mariadb-server       # mariadb-install-db and mariadbd, for mysqllock
 	python3-kazoo        # a second ZooKeeper client, for cross-checks by hand
+	chromium             # headless browser: the checker's HTML timeline test renders in it
 )
 
 if [[ "${DLOCK_SKIP_DEPS:-}" == 1 ]]; then

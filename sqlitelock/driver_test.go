@@ -561,6 +561,15 @@ func TestClosed(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
 	}
+	// A waiting Lock on a closed driver ends at once with ErrClosed, as on
+	// every other backend, instead of retrying until its context ends.
+	c := dlock.New(d, nil)
+	defer c.Close()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.NewMutex("a", nil).Lock(wctx); !errors.Is(err, dlock.ErrClosed) || wctx.Err() != nil {
+		t.Errorf("Lock on a closed driver = %v (context: %v); want ErrClosed at once", err, wctx.Err())
+	}
 }
 
 func TestBadInput(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/openurl"
 )
 
 // Scheme is the URL scheme this package registers with dlock.
@@ -21,7 +22,8 @@ func init() {
 
 // OpenURL opens the driver a sqlite:// URL describes (see the package doc):
 // the file's path, and Options as query parameters (table, busy_timeout).
-// An unknown or repeated parameter is refused with an error naming it.
+// A malformed URL, or an unknown, repeated or bad parameter, is refused
+// with an error naming it that wraps driver.ErrInvalid.
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	path, err := urlPath(u)
 	if err != nil {
@@ -39,32 +41,32 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 // directory.
 func urlPath(u *url.URL) (string, error) {
 	if u.Scheme != Scheme {
-		return "", invalidf("URL scheme is %q, want %q", u.Scheme, Scheme)
+		return "", openurl.BadURL("sqlitelock: URL scheme is %q, want %q", u.Scheme, Scheme)
 	}
 	if u.User != nil {
-		return "", invalidf("a sqlite URL takes no user name or password")
+		return "", openurl.BadURL("sqlitelock: a sqlite URL takes no user name or password")
 	}
 	if u.Fragment != "" {
-		return "", invalidf("a sqlite URL takes no #fragment (write # in a path as %%23)")
+		return "", openurl.BadURL("sqlitelock: a sqlite URL takes no #fragment (write # in a path as %%23)")
 	}
 	var path string
 	switch {
 	case u.Opaque != "":
 		p, err := url.PathUnescape(u.Opaque)
 		if err != nil {
-			return "", invalidf("bad path in URL: %v", err)
+			return "", openurl.BadURL("sqlitelock: bad path in URL: %v", err)
 		}
 		path = p
 	case u.Host == "":
 		path = u.Path
 	default:
 		if u.Port() != "" {
-			return "", invalidf("a sqlite URL names a file, not a server: host %q has a port (for an absolute path write sqlite:///path)", u.Host)
+			return "", openurl.BadURL("sqlitelock: a sqlite URL names a file, not a server: host %q has a port (for an absolute path write sqlite:///path)", u.Host)
 		}
 		path = u.Host + u.Path
 	}
 	if path == "" || path == "/" {
-		return "", invalidf("the sqlite URL has no file path (e.g. sqlite:///var/lib/app/locks.db)")
+		return "", openurl.BadURL("sqlitelock: the sqlite URL has no file path (e.g. sqlite:///var/lib/app/locks.db)")
 	}
 	return path, nil
 }
@@ -75,7 +77,7 @@ func urlOptions(q url.Values) (*Options, error) {
 		switch k {
 		case "table", "busy_timeout":
 			if len(v) != 1 {
-				return nil, invalidf("URL parameter %q given %d times", k, len(v))
+				return nil, openurl.BadURL("sqlitelock: URL parameter %q given %d times", k, len(v))
 			}
 		default:
 			unknown = append(unknown, k)
@@ -83,19 +85,19 @@ func urlOptions(q url.Values) (*Options, error) {
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		return nil, invalidf("unknown URL parameter(s) %s (known: table, busy_timeout)", strings.Join(quoteAll(unknown), ", "))
+		return nil, openurl.BadURL("sqlitelock: unknown URL parameter(s) %s (known: table, busy_timeout)", strings.Join(quoteAll(unknown), ", "))
 	}
 	o := &Options{Table: q.Get("table")}
 	if _, ok := q["table"]; ok && o.Table == "" {
-		return nil, invalidf("URL parameter \"table\" is empty")
+		return nil, openurl.BadURL("sqlitelock: URL parameter \"table\" is empty")
 	}
 	if s, ok := q["busy_timeout"]; ok {
 		d, err := time.ParseDuration(s[0])
 		if err != nil {
-			return nil, invalidf("URL parameter \"busy_timeout\": %q is not a duration such as 5s", s[0])
+			return nil, openurl.BadURL("sqlitelock: URL parameter \"busy_timeout\": %q is not a duration such as 5s", s[0])
 		}
 		if d < 0 {
-			return nil, invalidf("URL parameter \"busy_timeout\": %v is negative", d)
+			return nil, openurl.BadURL("sqlitelock: URL parameter \"busy_timeout\": %v is negative", d)
 		}
 		o.BusyTimeout = d
 	}

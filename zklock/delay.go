@@ -28,9 +28,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock/dlock/internal/ctxerr"
 	"github.com/go-zookeeper/zk"
-
-	"github.com/dlock/dlock/internal/queuelock"
 )
 
 // guardName is the lock-delay guard node in a lock's node. Names with a
@@ -41,17 +40,18 @@ const armed = "armed"
 
 // setGuard creates h's lock-delay guard.
 func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) error {
+	conn := h.sess.l.conn
 	parent, own := splitPath(h.path)
 	data := own + "\n" + strconv.FormatInt(delay.Milliseconds(), 10)
 	_, err := do(ctx, func() (string, error) {
-		return d.conn.Create(parent+"/"+guardName, []byte(data), zk.FlagPersistent, d.acl)
+		return conn.Create(parent+"/"+guardName, []byte(data), zk.FlagPersistent, d.acl)
 	})
 	if errors.Is(err, zk.ErrNodeExists) {
 		// Ours from an earlier hold (another delay): rewrite it.
-		_, err = do(ctx, func() (*zk.Stat, error) { return d.conn.Set(parent+"/"+guardName, []byte(data), -1) })
+		_, err = do(ctx, func() (*zk.Stat, error) { return conn.Set(parent+"/"+guardName, []byte(data), -1) })
 	}
 	if err != nil {
-		return queuelock.WrapCtx(ctx, "zklock: create lock-delay guard", err)
+		return ctxerr.Wrap(ctx, "zklock: create lock-delay guard", err)
 	}
 	h.guarded.Store(true)
 	return nil
@@ -59,29 +59,30 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 
 // deleteHeld deletes h's node and, if it has one, its guard.
 func (d *Driver) deleteHeld(h *handle) error {
+	conn := h.sess.l.conn
 	if h.guarded.Load() {
 		parent, _ := splitPath(h.path)
-		_, err := d.conn.Multi(&zk.DeleteRequest{Path: h.path, Version: 0}, &zk.DeleteRequest{Path: parent + "/" + guardName, Version: -1})
+		_, err := conn.Multi(&zk.DeleteRequest{Path: h.path, Version: 0}, &zk.DeleteRequest{Path: parent + "/" + guardName, Version: -1})
 		if err == nil || connLoss(err) {
 			return err
 		}
 		// The guard or the node is gone: delete the node alone.
 	}
-	return d.conn.Delete(h.path, 0)
+	return conn.Delete(h.path, 0)
 }
 
-// checkGuard looks at the guard in parent for the request whose node own is
+// checkGuard looks, through conn, at the guard in parent for the request whose node own is
 // first in the queue. It returns how long the lock must stay unavailable, 0
 // when the guard is gone and the queue should be read again, or -1 when the
 // guard is own's and does not stand in the way.
-func (d *Driver) checkGuard(ctx context.Context, parent, own string) (time.Duration, error) {
+func (d *Driver) checkGuard(ctx context.Context, conn *zk.Conn, parent, own string) (time.Duration, error) {
 	gp := parent + "/" + guardName
 	type got struct {
 		data []byte
 		st   *zk.Stat
 	}
 	g, err := do(ctx, func() (got, error) {
-		data, st, err := d.conn.Get(gp)
+		data, st, err := conn.Get(gp)
 		return got{data, st}, err
 	})
 	if errors.Is(err, zk.ErrNoNode) {
@@ -103,7 +104,7 @@ func (d *Driver) checkGuard(ctx context.Context, parent, own string) (time.Durat
 		// The holder is gone without a release: start the delay now, on
 		// the leader's clock.
 		_, err := do(ctx, func() ([]zk.MultiResponse, error) {
-			return d.conn.Multi(&zk.DeleteRequest{Path: gp, Version: g.st.Version},
+			return conn.Multi(&zk.DeleteRequest{Path: gp, Version: g.st.Version},
 				&zk.CreateRequest{Path: gp, Data: []byte(armed + "\n" + delayMs), Acl: d.acl, Flags: zk.FlagPersistent})
 		})
 		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNodeExists) {
@@ -116,7 +117,7 @@ func (d *Driver) checkGuard(ctx context.Context, parent, own string) (time.Durat
 	}
 	// Armed: read the leader's clock with a write and compare it with the
 	// guard's ctime.
-	st, err := do(ctx, func() (*zk.Stat, error) { return d.conn.Set(gp, g.data, -1) })
+	st, err := do(ctx, func() (*zk.Stat, error) { return conn.Set(gp, g.data, -1) })
 	if errors.Is(err, zk.ErrNoNode) {
 		return 0, nil
 	}
@@ -127,7 +128,7 @@ func (d *Driver) checkGuard(ctx context.Context, parent, own string) (time.Durat
 	if left > 0 {
 		return left, nil
 	}
-	_, err = do(ctx, func() (struct{}, error) { return struct{}{}, d.conn.Delete(gp, st.Version) })
+	_, err = do(ctx, func() (struct{}, error) { return struct{}{}, conn.Delete(gp, st.Version) })
 	if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
 		return 0, err
 	}

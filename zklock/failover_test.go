@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock/dlock/internal/queuelock/queuetest"
+	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -21,13 +21,8 @@ func TestLeaderKilledWhileHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer connA.Close()
-	connB, err := connect(c.Endpoints(), session)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer connB.Close()
-	a := newTestDriver(t, connA, &Options{SessionTimeout: session})
-	b := newTestDriver(t, connB, &Options{SessionTimeout: session})
+	a := newTestDriver(t, c.Endpoints(), nil)
+	b := newTestDriver(t, c.Endpoints(), nil)
 	queuetest.LeaderKilledWhileHeld(t, queuetest.Failover{
 		A: a, B: b, Cluster: c, TTL: session,
 		Queue: func(name string) []string { return children(t, connA, a.parent(name)) },

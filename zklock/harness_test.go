@@ -11,7 +11,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/queuelock/queuetest"
+	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
@@ -23,6 +23,37 @@ type harness struct {
 
 	mu      sync.Mutex
 	proxies map[*Driver][]*proxy
+}
+
+// proxiedDriver is a driver reached through the harness's proxies; closing it
+// closes them too, so a closed driver leaves no socket behind (the
+// conformance suite's leak check counts them).
+type proxiedDriver struct {
+	*Driver
+	h *harness
+}
+
+func (d proxiedDriver) Close() error {
+	err := d.Driver.Close()
+	d.h.mu.Lock()
+	ps := d.h.proxies[d.Driver]
+	delete(d.h.proxies, d.Driver)
+	d.h.mu.Unlock()
+	for _, p := range ps {
+		p.close()
+	}
+	return err
+}
+
+// unwrap returns the zklock driver behind d.
+func unwrap(d driver.Driver) (*Driver, bool) {
+	switch d := d.(type) {
+	case *Driver:
+		return d, true
+	case proxiedDriver:
+		return d.Driver, true
+	}
+	return nil, false
 }
 
 func newHarness(members int) locktest.NewHarness { return newHarnessWith(members, false) }
@@ -45,11 +76,7 @@ func newHarnessWith(members int, direct bool) locktest.NewHarness {
 // connection the way a crash would.
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
 	if h.direct {
-		conn, err := connect(h.endpoints, testSession)
-		if err != nil {
-			return nil, err
-		}
-		return newDriver(conn, true, &Options{SessionTimeout: testSession})
+		return dialDriver(h.endpoints, nil)
 	}
 	var ps []*proxy
 	var addrs []string
@@ -61,27 +88,23 @@ func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
 		ps = append(ps, p)
 		addrs = append(addrs, p.addr())
 	}
-	conn, err := connect(addrs, testSession)
+	d, err := dialDriver(addrs, nil)
 	if err != nil {
 		for _, p := range ps {
 			p.close()
 		}
 		return nil, err
 	}
-	d, err := newDriver(conn, true, &Options{SessionTimeout: testSession})
-	if err != nil {
-		return nil, err
-	}
 	h.mu.Lock()
 	h.proxies[d] = ps
 	h.mu.Unlock()
-	return d, nil
+	return proxiedDriver{Driver: d, h: h}, nil
 }
 
 // Kill cuts the driver's connections before closing them, so the session is
 // not closed cleanly: the server deletes its nodes only when it expires.
 func (h *harness) Kill(d driver.Driver) error {
-	zd, ok := d.(*Driver)
+	zd, ok := unwrap(d)
 	if !ok {
 		return fmt.Errorf("not a zklock driver: %T", d)
 	}
@@ -95,8 +118,7 @@ func (h *harness) Kill(d driver.Driver) error {
 	for _, p := range ps {
 		p.close()
 	}
-	zd.kill()
-	zd.conn.Close()
+	zd.Close() // the cut connections cannot end their sessions
 	return nil
 }
 

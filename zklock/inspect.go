@@ -23,6 +23,11 @@ var _ driver.Inspector = (*Driver)(nil)
 // count when this driver holds it, else 1. It costs one request per node
 // visited plus one per lock.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	l, err := d.anyLink(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: inspect: %w", err)
+	}
+	conn := l.conn
 	var out []driver.LockInfo
 	var walk func(rel string) error
 	walk = func(rel string) error {
@@ -31,7 +36,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		}
 		path := d.join(rel)
 		children, err := do(ctx, func() ([]string, error) {
-			c, _, err := d.conn.Children(path)
+			c, _, err := conn.Children(path)
 			return c, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
@@ -41,7 +46,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 			return err
 		}
 		if q := queue(children); len(q) > 0 && rel != "" && strings.HasPrefix(unescapeName(rel), prefix) {
-			if info, ok, err := d.inspectQueue(ctx, rel, path, q); err != nil {
+			if info, ok, err := d.inspectQueue(ctx, conn, rel, path, q); err != nil {
 				return err
 			} else if ok {
 				out = append(out, info)
@@ -87,14 +92,14 @@ func (d *Driver) join(rel string) string {
 }
 
 // inspectQueue describes the lock whose queue q lives at path.
-func (d *Driver) inspectQueue(ctx context.Context, rel, path string, q []string) (driver.LockInfo, bool, error) {
+func (d *Driver) inspectQueue(ctx context.Context, conn *zk.Conn, rel, path string, q []string) (driver.LockInfo, bool, error) {
 	type node struct {
 		data []byte
 		st   *zk.Stat
 	}
 	for _, head := range q {
 		n, err := do(ctx, func() (node, error) {
-			data, st, err := d.conn.Get(path + "/" + head)
+			data, st, err := conn.Get(path + "/" + head)
 			return node{data, st}, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {

@@ -3,7 +3,6 @@ package zklock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -12,79 +11,76 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/openurl"
 )
 
+// Scheme is the URL scheme this package registers with dlock.
+const Scheme = "zk"
+
 func init() {
-	dlock.Register("zk", OpenURL)
+	dlock.Register(Scheme, OpenURL)
 }
 
 // OpenURL opens a driver from a URL of the form
 //
 //	zk://[user:password@]host1:2181,host2:2181[/root][?param=value&…]
 //
-// with its own connection, which the driver's Close closes (ending its
-// session). The path is Options.Root (default DefaultRoot). User and
-// password, when given, are added to the connection as digest auth.
+// with connections of its own, which the driver's Close closes (ending
+// their sessions). The path is Options.Root (default DefaultRoot). User and
+// password, when given, are added to every connection as digest auth.
+//
+// A lock's TTL is the timeout of the ZooKeeper session its node belongs to,
+// so the driver keeps one connection (one session) per distinct TTL: the
+// first lock with a TTL opens a connection asking for that session timeout.
+// When the ensemble grants another timeout (it clamps every request to its
+// minSessionTimeout and maxSessionTimeout), the lock is refused with an
+// error wrapping driver.ErrInvalid that names those bounds; a TTL is never
+// replaced by another. Open makes the first connection at once, with
+// session_timeout, so that it fails when no server answers; that connection
+// serves locks whose TTL equals the timeout the server granted it.
 // Parameters:
 //
-//	session_timeout  Options.SessionTimeout, asked of the server (a Go duration)
+//	session_timeout  the session timeout asked for the first connection (a Go duration, default 30s)
 //	connect_timeout  how long Open waits for the first session (default 10s)
 //	acl              open (default), creator or creator_read (see Options.ACL)
 //
-// dlock.Open calls it for the zk scheme. Errors never contain the password.
+// dlock.Open calls it for the zk scheme. A malformed URL, or an unknown or
+// bad parameter, is refused with an error naming it that wraps
+// driver.ErrInvalid; an ensemble that does not answer gives another error.
+// Errors never contain the password.
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	servers, opts, auth, connectTimeout, err := parseURL(u)
 	if err != nil {
-		return nil, dlock.BadURL("%v", err)
+		return nil, err
 	}
-	conn, events, err := zk.Connect(servers, opts.SessionTimeout, zk.WithLogger(nopLogger{}), zk.WithLogInfo(false))
+	dl := &dialer{servers: servers, auth: auth, connectTimeout: connectTimeout}
+	// The first session is opened now, so that Open fails when no server
+	// answers.
+	first, got, err := dl.open(ctx, opts.SessionTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: connect to %s: %w", strings.Join(servers, ","), err)
+		return nil, openurl.RedactError(err, u)
 	}
-	// Wait for the first session so that Open fails when no server answers.
-	timer := time.NewTimer(connectTimeout)
-	defer timer.Stop()
-wait:
-	for {
-		select {
-		case ev := <-events:
-			if ev.State == zk.StateHasSession {
-				break wait
-			}
-			if ev.State == zk.StateAuthFailed {
-				conn.Close()
-				return nil, fmt.Errorf("zklock: connect to %s: authentication failed", strings.Join(servers, ","))
-			}
-		case <-timer.C:
-			conn.Close()
-			return nil, fmt.Errorf("zklock: connect to %s: no session within %v", strings.Join(servers, ","), connectTimeout)
-		case <-ctx.Done():
-			conn.Close()
-			return nil, fmt.Errorf("zklock: connect to %s: %w", strings.Join(servers, ","), ctx.Err())
-		}
+	d, err := newDialing(dl, first, msTimeout(opts.SessionTimeout), got, opts)
+	if err != nil {
+		first.close()
+		return nil, err
 	}
-	go func() {
-		for range events { // go-zookeeper drops events nobody reads; drain until Close
-		}
-	}()
-	if auth != "" {
-		if err := conn.AddAuth("digest", []byte(auth)); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("zklock: digest auth: %w", err)
-		}
-	}
-	return newDriver(conn, true, opts)
+	return d, nil
 }
 
+// parseURL reads a zk URL (see OpenURL). Its errors wrap driver.ErrInvalid.
 func parseURL(u *url.URL) (servers []string, opts *Options, auth string, connectTimeout time.Duration, err error) {
-	opts = &Options{SessionTimeout: DefaultSessionTimeout}
+	opts = &Options{SessionTimeout: dlock.DefaultTTL}
 	connectTimeout = 10 * time.Second
+	if u.Scheme != Scheme {
+		return nil, nil, "", 0, openurl.BadURL("zklock: URL scheme is %q, want %q", u.Scheme, Scheme)
+	}
 	if u.Host == "" {
-		return nil, nil, "", 0, errors.New("zklock: url has no hosts (want zk://host:2181[,host:2181…][/root])")
+		return nil, nil, "", 0, openurl.BadURL("zklock: url has no hosts (want zk://host:2181[,host:2181…][/root])")
 	}
 	for _, h := range strings.Split(u.Host, ",") {
 		if h == "" {
-			return nil, nil, "", 0, errors.New("zklock: url has an empty host in its host list")
+			return nil, nil, "", 0, openurl.BadURL("zklock: url has an empty host in its host list")
 		}
 		if !strings.Contains(h, ":") {
 			h += ":2181"
@@ -94,7 +90,7 @@ func parseURL(u *url.URL) (servers []string, opts *Options, auth string, connect
 	if u.Path != "" {
 		opts.Root = u.Path
 		if err := checkRoot(opts.Root); err != nil {
-			return nil, nil, "", 0, err
+			return nil, nil, "", 0, openurl.BadURL("%w", err)
 		}
 	}
 	if u.User != nil {
@@ -127,14 +123,14 @@ func parseURL(u *url.URL) (servers []string, opts *Options, auth string, connect
 				perr = errors.New("want open, creator or creator_read")
 			}
 		default:
-			return nil, nil, "", 0, fmt.Errorf("zklock: unknown url parameter %q (known: session_timeout, connect_timeout, acl)", k)
+			return nil, nil, "", 0, openurl.BadURL("zklock: unknown url parameter %q (known: session_timeout, connect_timeout, acl)", k)
 		}
 		if perr != nil {
-			return nil, nil, "", 0, fmt.Errorf("zklock: url parameter %s=%q: %v", k, v, perr)
+			return nil, nil, "", 0, openurl.BadURL("zklock: url parameter %s=%q: %v", k, v, perr)
 		}
 	}
 	if opts.ACL != nil && auth == "" && opts.ACL[0].Scheme == "auth" {
-		return nil, nil, "", 0, errors.New("zklock: url parameter acl=creator needs a user and password in the url")
+		return nil, nil, "", 0, openurl.BadURL("zklock: url parameter acl=creator needs a user and password in the url")
 	}
 	return servers, opts, auth, connectTimeout, nil
 }

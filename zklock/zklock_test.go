@@ -15,14 +15,16 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/queuelock/queuetest"
+	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
 // shared is one standalone ZooKeeper for the tests that do not break servers.
 var shared *testserver.Cluster
 
-func TestMain(m *testing.M) { queuetest.Main(m, "zklock", testserver.StartZooKeeper, &shared) }
+func TestMain(m *testing.M) {
+	queuetest.Main(m, "zklock", "ZK_SERVERS", testserver.StartZooKeeper, &shared)
+}
 
 const testSession = 2 * time.Second
 
@@ -60,12 +62,16 @@ func newConn(t testing.TB, servers []string) *zk.Conn {
 	return conn
 }
 
-func newTestDriver(t testing.TB, conn *zk.Conn, opts *Options) *Driver {
+// dialDriver returns a driver that opens its own connections to servers,
+// one per TTL, as a driver opened from a URL does.
+func dialDriver(servers []string, opts *Options) (*Driver, error) {
+	return newDialing(&dialer{servers: servers, connectTimeout: 20 * time.Second}, nil, 0, 0, opts)
+}
+
+// newTestDriver is dialDriver, closed when t ends.
+func newTestDriver(t testing.TB, servers []string, opts *Options) *Driver {
 	t.Helper()
-	if opts == nil {
-		opts = &Options{SessionTimeout: testSession}
-	}
-	return queuetest.Open(t, func() (*Driver, error) { return New(conn, opts) })
+	return queuetest.Open(t, func() (*Driver, error) { return dialDriver(servers, opts) })
 }
 
 // children lists the lock nodes under path.
@@ -87,7 +93,7 @@ func backend(t testing.TB) queuetest.Backend {
 	conn := newConn(t, shared.Endpoints())
 	parent := func(name string) string { return (&Driver{root: DefaultRoot}).parent(name) }
 	return queuetest.Backend{
-		NewDriver: func(t testing.TB) queuetest.Driver { return newTestDriver(t, newConn(t, shared.Endpoints()), nil) },
+		NewDriver: func(t testing.TB) queuetest.Driver { return newTestDriver(t, shared.Endpoints(), nil) },
 		Queue:     func(t testing.TB, name string) []string { return children(t, conn, parent(name)) },
 		Drop: func(t testing.TB, name string) {
 			for _, c := range children(t, conn, parent(name)) {
@@ -96,7 +102,7 @@ func backend(t testing.TB) queuetest.Backend {
 				}
 			}
 		},
-		TTL: testSession,
+		TTL: queuetest.Req("", "").TTL, // a lock's TTL is its session's
 	}
 }
 
@@ -112,9 +118,8 @@ func TestSessionExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.close()
-	conn := newConn(t, []string{p.addr()})
-	d := newTestDriver(t, conn, nil)
-	other := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
+	d := newTestDriver(t, []string{p.addr()}, nil)
+	other := newTestDriver(t, shared.Endpoints(), nil)
 	ctx := queuetest.Ctx(t, 30*time.Second)
 	g, err := d.TryAcquire(ctx, queuetest.Req("t6", "A"))
 	if err != nil {
@@ -199,7 +204,7 @@ func TestLockDelay(t *testing.T) {
 }
 
 func TestNestedNamesAreIndependent(t *testing.T) {
-	a, b := newTestDriver(t, newConn(t, shared.Endpoints()), nil), newTestDriver(t, newConn(t, shared.Endpoints()), nil)
+	a, b := newTestDriver(t, shared.Endpoints(), nil), newTestDriver(t, shared.Endpoints(), nil)
 	ctx := queuetest.Ctx(t, 10*time.Second)
 	if _, err := a.TryAcquire(ctx, queuetest.Req("t8/x", "A")); err != nil {
 		t.Fatal(err)
@@ -241,7 +246,7 @@ func TestEscapeName(t *testing.T) {
 		}
 	}
 	// Every such name works on a real server.
-	d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
+	d := newTestDriver(t, shared.Endpoints(), nil)
 	ctx := queuetest.Ctx(t, 10*time.Second)
 	for _, name := range []string{"/a", "a//b", "..", "x😀", "100%"} {
 		g, err := d.TryAcquire(ctx, queuetest.Req(name, "A"))
@@ -289,13 +294,14 @@ func TestParseURL(t *testing.T) {
 		{URL: "zk://a?acl=everyone", Err: "acl"},
 		{URL: "zk://a/x/", Err: "root"},
 		{URL: "zk:///x", Err: "no hosts"},
+		{URL: "etcd://u:s3cret@a:2181", Err: "scheme"},
 	})
 }
 
 func TestOpenURLWithDigestAuth(t *testing.T) {
 	queuetest.OpenURL(t, OpenURL, "zk://alice:pw@"+strings.Join(shared.Endpoints(), ",")+"/authlocks?session_timeout=2s&acl=creator", "zk://127.0.0.1:1?connect_timeout=300ms", func() {
 		// Without alice's credentials the queue cannot be joined.
-		stranger := newTestDriver(t, newConn(t, shared.Endpoints()), &Options{Root: "/authlocks", SessionTimeout: testSession})
+		stranger := newTestDriver(t, shared.Endpoints(), &Options{Root: "/authlocks"})
 		if _, err := stranger.TryAcquire(queuetest.Ctx(t, 5*time.Second), queuetest.Req("x", "B")); !errors.Is(err, zk.ErrNoAuth) {
 			t.Fatalf("TryAcquire without auth: %v, want ErrNoAuth", err)
 		}
@@ -392,7 +398,7 @@ func (k *kazoo) quiet(t *testing.T, d time.Duration) {
 // TestInteropWithKazoo shows that a dlock lock and Python kazoo's Lock on the
 // same path exclude each other and share one queue.
 func TestInteropWithKazoo(t *testing.T) {
-	d := newTestDriver(t, newConn(t, shared.Endpoints()), nil)
+	d := newTestDriver(t, shared.Endpoints(), nil)
 	ctx := queuetest.Ctx(t, 60*time.Second)
 
 	// kazoo holds: dlock is refused, then queues and gets the lock when
@@ -434,8 +440,7 @@ func TestCutOffHolderGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := newConn(t, []string{p.addr()})
-	d := newTestDriver(t, conn, nil)
+	d := newTestDriver(t, []string{p.addr()}, nil)
 	ctx := queuetest.Ctx(t, 20*time.Second)
 	g, err := d.TryAcquire(ctx, queuetest.Req("cutoff", "A"))
 	if err != nil {
@@ -449,8 +454,8 @@ func TestCutOffHolderGivesUp(t *testing.T) {
 		if !errors.Is(g.Cause(), driver.ErrSessionLost) {
 			t.Fatalf("Cause = %v", g.Cause())
 		}
-		if time.Since(cut) > testSession+time.Second {
-			t.Fatalf("lost only %v after the cut (session timeout %v)", time.Since(cut), testSession)
+		if time.Since(cut) > g.TTL+time.Second {
+			t.Fatalf("lost only %v after the cut (session timeout %v)", time.Since(cut), g.TTL)
 		}
 	case <-time.After(3 * testSession):
 		t.Fatal("Lost not closed while cut off from every server")

@@ -43,6 +43,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no scheme", []string{"run", "--url", "just-a-path", "x", "--", "true"}, "no scheme"},
 		{"unparsable url", []string{"status", "--url", "sqlite://h:port/%zz"}, "invalid url"},
 		{"bad client parameter", []string{"status", "--url", mem + "?ttl=soon"}, "parameter ttl"},
+		{"driver refuses url", []string{"status", "--url", "test-badurl://u:pw@h/x?bogus=1"}, `invalid url: test-badurl://u:xxxxx@h/x?bogus=1: test-badurl: unknown URL parameter "bogus"`},
 		{"status two prefixes", []string{"status", "--url", mem, "a", "b"}, "at most one PREFIX"},
 		{"status unknown flag", []string{"status", "--tabular"}, "unknown flag: --tabular"},
 	} {
@@ -545,6 +546,26 @@ func TestCredentialsNeverPrinted(t *testing.T) {
 	te := newTestEnv(map[string]string{"DLOCK_URL": "test-leaky://alice:" + secret + "@db.example/x"})
 	if code := te.run("status"); code != exitUnavailable || strings.Contains(te.stderr.String(), secret) {
 		t.Errorf("DLOCK_URL: exit %d, stderr %q", code, te.stderr.String())
+	}
+}
+
+// Short secrets are secrets too: dlock masks them whatever their length (a
+// "4 characters or more" rule printed "zq"), and api_key counts as a
+// credential on the CLI as in the library.
+func TestShortCredentialsNeverPrinted(t *testing.T) {
+	for _, tc := range []struct{ url, secret string }{
+		{"test-leaky://alice:zq@db.example/x", ":zq@"},
+		{"test-leaky://db.example/x?password=zq", "=zq"},
+		{"test-leaky://db.example/x?api_key=k9", "k9"},
+		{"test-leaky://db.example/x?sslpassword=a%2Fb", "a/b"},
+	} {
+		te := newTestEnv(nil)
+		if code := te.run("status", "--url", tc.url); code != exitUnavailable {
+			t.Errorf("%s: exit %d, want %d", tc.url, code, exitUnavailable)
+		}
+		if out := te.stdout.String() + te.stderr.String(); strings.Contains(out, tc.secret) || !strings.Contains(out, "xxxxx") {
+			t.Errorf("%s: output %q shows the secret %q", tc.url, out, tc.secret)
+		}
 	}
 }
 

@@ -16,6 +16,8 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/openurl"
+	"github.com/dlock/dlock/internal/testwait"
 	"github.com/dlock/dlock/memlock"
 	"go.uber.org/goleak"
 )
@@ -70,6 +72,10 @@ func init() {
 	// A backend that cannot list locks, for status's ErrUnsupported path.
 	dlock.Register("test-noinspect", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
 		return plainDriver{memlock.Named("noinspect" + u.Host).NewDriver()}, nil
+	})
+	// A backend that refuses its URL as drivers do, through openurl.
+	dlock.Register("test-badurl", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
+		return nil, openurl.BadURL("test-badurl: unknown URL parameter %q", "bogus")
 	})
 	// A backend whose open error echoes the whole URL, password included,
 	// as careless client libraries do.
@@ -161,13 +167,7 @@ func sqliteTestURL(t *testing.T) (string, string) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for the condition
-	}
+	testwait.Until(t, d, what, cond)
 }
 
 func fileExists(path string) func() bool {

@@ -4,9 +4,10 @@ package main
 
 import "syscall"
 
-// childSysProcAttr puts CMD in a process group of its own, so that signals
-// reach it once (forwarded by dlock, never also from the terminal) and a
-// lost lease stops everything CMD started.
+// childSysProcAttr is how the guard starts CMD: in a process group of its
+// own, so that signals reach it once (forwarded by dlock, never also from
+// the terminal) and a lost lease or dlock's death stops everything CMD
+// started.
 func childSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }

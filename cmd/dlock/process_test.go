@@ -39,6 +39,9 @@ func startDlock(t *testing.T, dbURL string, args ...string) (*exec.Cmd, *syncBuf
 	cmd.Env = procEnv(t, dbURL)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
+	// A job's leftover process holding the output pipe must not keep Wait
+	// from returning once dlock has exited.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -417,4 +420,209 @@ func sigMasks(t *testing.T, pid int) (ign, cgt uint64) {
 		}
 	}
 	return ign, cgt
+}
+
+// startWithPids starts "dlock run NAME -- sh -c script sh pidFile" and waits
+// for the script to write pidFile (via a temporary file, so it is never read
+// half-written); it returns dlock and the pids in the file, one a line. Every
+// pid is SIGKILLed at cleanup, so a failing test leaves nothing running.
+func startWithPids(t *testing.T, dbURL, name, script string, flags ...string) (*exec.Cmd, *syncBuffer, []int) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("reads process states from /proc")
+	}
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	args := append(append([]string{"run"}, flags...), name, "--", "sh", "-c", script, "sh", pidFile)
+	cmd, out := startDlock(t, dbURL, args...)
+	waitFor(t, "the job to write its pids", time.Minute, fileExists(pidFile))
+	var pids []int
+	for _, f := range strings.Fields(readFile(t, pidFile)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("pid file: %v", err)
+		}
+		pids = append(pids, pid)
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	return cmd, out, pids
+}
+
+// waitAllDead polls until none of pids runs (zombies count as dead).
+func waitAllDead(t *testing.T, what string, pids []int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%s %v to die", what, pids), 10*time.Second, func() bool {
+		for _, pid := range pids {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// killDlock SIGKILLs dlock and reaps it.
+func killDlock(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+// TestProcessDlockKilledGrandchild: SIGKILL of dlock kills all of CMD's
+// process group, not only CMD: here a grandchild in the background, which
+// used to be re-parented to init and run on without the lock.
+func TestProcessDlockKilledGrandchild(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	cmd, _, pids := startWithPids(t, dbURL, "orphan",
+		`sleep 300 & echo $! > "$1.tmp"; mv "$1.tmp" "$1"; wait`)
+	killDlock(t, cmd)
+	waitAllDead(t, "grandchild", pids)
+}
+
+// TestProcessDlockKilledEscapee: a descendant that left CMD's process
+// group and session (setsid) dies with dlock too: the guard is its
+// subreaper and kills every descendant (Linux).
+func TestProcessDlockKilledEscapee(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid command")
+	}
+	dbURL, _ := sqliteTestURL(t)
+	// The inner sh has its own session; its child sleep is a grandchild of
+	// that, and the inner sh exits at once, orphaning it.
+	cmd, _, pids := startWithPids(t, dbURL, "escapee",
+		`setsid sh -c 'sleep 300 & echo $! > "$1.e"' sh "$1" & wait; sleep 300 & echo $(cat "$1.e") $! > "$1.tmp"; mv "$1.tmp" "$1"; wait`)
+	killDlock(t, cmd)
+	waitAllDead(t, "escaped descendant and grandchild", pids)
+}
+
+// TestProcessDlockKilledWhileStopped: Ctrl-Z stops the job, then dlock is
+// SIGKILLed: the stopped job is killed, not left to be resumed later
+// without the lock. (The kernel's SIGHUP and SIGCONT to an orphaned stopped
+// group would not do: the grandchild here ignores SIGHUP, as under nohup.)
+func TestProcessDlockKilledWhileStopped(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	cmd, _, pids := startWithPids(t, dbURL, "stopped",
+		`(trap '' HUP; exec sleep 300) & echo $$ $! > "$1.tmp"; mv "$1.tmp" "$1"; wait`)
+	if err := cmd.Process.Signal(syscall.SIGTSTP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the job and dlock to stop", time.Minute, func() bool {
+		return procState(pids[0]) == 'T' && procState(pids[1]) == 'T' && procState(cmd.Process.Pid) == 'T'
+	})
+	killDlock(t, cmd)
+	waitAllDead(t, "stopped job", pids)
+}
+
+// parentOf is pid's parent from /proc, 0 if pid is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid ...
+	s := string(b)
+	var ppid int
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		var state string
+		_, _ = fmt.Sscan(s[i+1:], &state, &ppid)
+	}
+	return ppid
+}
+
+// childrenOf lists pid's child processes, from /proc.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	names, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, n := range names {
+		c, err := strconv.Atoi(filepath.Base(n))
+		if err != nil {
+			continue
+		}
+		if parentOf(c) == pid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestProcessGuardKilled: the guard between dlock and CMD ignores the usual
+// signals, and if it is SIGKILLed all the same, dlock kills CMD's group,
+// releases the lock and exits 70 rather than leave CMD unguarded.
+func TestProcessGuardKilled(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	cmd, out, pids := startWithPids(t, dbURL, "guard",
+		`sleep 300 & echo $$ $! > "$1.tmp"; mv "$1.tmp" "$1"; wait`)
+	kids := childrenOf(t, cmd.Process.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("dlock has children %v, want one guard", kids)
+	}
+	guard := kids[0]
+	if pp := parentOf(pids[0]); pp != guard {
+		t.Fatalf("CMD's parent is %d, want the guard %d", pp, guard)
+	}
+	_, cgt := sigMasks(t, guard)
+	for _, s := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGTSTP} {
+		if cgt&(1<<(uint(s)-1)) == 0 {
+			t.Errorf("the guard does not catch %v (SigCgt %x)", s, cgt)
+		}
+	}
+	if err := syscall.Kill(guard, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, time.Minute); code != exitInternal {
+		t.Fatalf("exit %d, want %d: %s", code, exitInternal, out)
+	}
+	if !strings.Contains(out.String(), "guard") {
+		t.Errorf("output %q does not say what happened", out)
+	}
+	waitAllDead(t, "unguarded job", pids)
+	cmd, out = startDlock(t, dbURL, "run", "--no-wait", "guard", "--", "true")
+	if code := waitExit(t, cmd, time.Minute); code != 0 {
+		t.Fatalf("lock not released: exit %d: %s", code, out)
+	}
+}
+
+// TestProcessLeaseLostKillsEscapee: a lost lease's SIGKILL step reaches
+// descendants that left CMD's group (setsid) too, through the guard.
+func TestProcessLeaseLostKillsEscapee(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("no setsid command")
+	}
+	dbURL, path := sqliteTestURL(t)
+	cmd, out, pids := startWithPids(t, dbURL, "lost-escapee",
+		`setsid sh -c 'sleep 300 & echo $! > "$1.e"' sh "$1" & wait; echo $(cat "$1.e") > "$1.tmp"; mv "$1.tmp" "$1"; while :; do sleep 0.01; done`,
+		"--ttl", "600ms", "--kill-grace", "0")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "PRAGMA busy_timeout = 10000"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE dlock_locks SET owner = 'intruder' WHERE name = 'lost-escapee' AND count > 0`); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd, time.Minute); code != exitLeaseLost {
+		t.Fatalf("exit %d, want %d: %s", code, exitLeaseLost, out)
+	}
+	waitAllDead(t, "escaped descendant", pids)
+}
+
+// TestProcessGuardModeRefused: the guard's hidden mode is no command.
+func TestProcessGuardModeRefused(t *testing.T) {
+	cmd, out := startDlock(t, "mem://x", guardArg, "/bin/true", "true")
+	if code := waitExit(t, cmd, time.Minute); code != exitUsage {
+		t.Fatalf("exit %d, want %d: %s", code, exitUsage, out)
+	}
+	if !strings.Contains(out.String(), "internal") {
+		t.Fatalf("output %q does not explain", out)
+	}
 }

@@ -31,8 +31,12 @@ CMD runs in its own process group. SIGINT, SIGTERM and SIGHUP sent to dlock
 are forwarded to that group once (a terminal's Ctrl-C reaches dlock, which
 passes it on, so CMD does not see it twice). Ctrl-Z stops CMD's group, then
 dlock; fg resumes both. Because the group is not the terminal's foreground
-group, CMD must not read from the terminal. If dlock is killed outright
-(SIGKILL), CMD is killed too (Linux), since nobody renews its lease.
+group, CMD must not read from the terminal.
+
+If dlock dies by any means, SIGKILL included, CMD's whole process group is
+killed too, since nobody renews its lease: dlock starts CMD through a small
+guard process that notices dlock's end and kills the job (on Linux, also the
+descendants that left the group with setsid). See docs/cli.md.
 
 If the lease is lost while CMD runs (renewal could not confirm it in time,
 or the backend dropped it), dlock sends SIGTERM to CMD's process group, then
@@ -225,26 +229,31 @@ func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lea
 	}
 }
 
-// runChild runs CMD under the lease and decides the exit code.
+// runChild runs CMD under the lease, through a guard process (guard.go),
+// and decides the exit code.
 func (f *runFlags) runChild(e *env, lease *dlock.Lease, sigs <-chan os.Signal, argv []string) error {
+	// exec.Command resolves CMD in $PATH as it always did; the guard only
+	// executes the result.
 	c := exec.Command(argv[0], argv[1:]...)
-	c.Env = childEnv(e.environ(), lease.Name(), lease.Token())
-	c.Stdin, c.Stdout, c.Stderr = e.stdin, e.stdout, e.stderr
-	c.SysProcAttr = childSysProcAttr()
-	// When dlock's streams are not files, goroutines copy CMD's output; do
-	// not let a stray grandchild holding the pipe keep dlock waiting.
-	c.WaitDelay = time.Second
-	if err := c.Start(); err != nil {
+	if c.Err != nil {
 		f.release(e, lease)
 		code := exitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(c.Err, exec.ErrNotFound) || errors.Is(c.Err, fs.ErrNotExist) {
 			code = exitNotFound
 		}
-		return exitf(code, "run: cannot start %q: %v", argv[0], startErr(err))
+		return exitf(code, "run: cannot start %q: %v", argv[0], startErr(c.Err))
 	}
-	pgid := c.Process.Pid // Setpgid: CMD leads a group of its own
-	waited := make(chan error, 1)
-	go func() { waited <- c.Wait() }()
+	job, err := startGuarded(e, c.Path, argv, childEnv(e.environ(), lease.Name(), lease.Token()))
+	if err != nil {
+		f.release(e, lease)
+		var se *startError
+		if errors.As(err, &se) {
+			return exitf(se.code, "run: cannot start %q: %v", argv[0], se.err)
+		}
+		return exitf(exitInternal, "run: %v", err)
+	}
+	defer job.life.Close()
+	pgid, waited := job.pgid, job.waited
 
 	var (
 		lost    bool
@@ -280,7 +289,7 @@ loop:
 			done, lost = nil, true
 			if f.killGrace == 0 {
 				e.warnf("dlock: lease on %q lost: %v; killing %s", lease.Name(), lease.Err(), argv[0])
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				job.kill()
 				continue
 			}
 			e.warnf("dlock: lease on %q lost: %v; stopping %s (SIGTERM, SIGKILL after %v)",
@@ -292,11 +301,18 @@ loop:
 		case <-killC:
 			killC = nil
 			e.warnf("dlock: %s still running %v after SIGTERM; sending SIGKILL", argv[0], f.killGrace)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			job.kill()
 		}
 	}
 	if killT != nil {
 		killT.Stop()
+	}
+	ps := job.guard.ProcessState
+	guardDied := ps == nil || !ps.Exited()
+	if guardDied {
+		// The guard never dies of a signal by itself (it ignores the
+		// usual ones): someone SIGKILLed it. CMD must not run on unguarded.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	if lost || lease.Err() != nil {
 		if !lost {
@@ -307,10 +323,19 @@ loop:
 		return &exitError{code: exitLeaseLost}
 	}
 	f.release(e, lease)
-	if c.ProcessState == nil {
-		return exitf(exitInternal, "run: waiting for %s: %v", argv[0], waitErr)
+	if guardDied {
+		return exitf(exitInternal, "run: dlock's guard process died (%v); killed %s's process group", guardWaitErr(ps, waitErr), argv[0])
 	}
-	return &exitError{code: exitStatus(c.ProcessState)}
+	// The guard exits with CMD's status, 128+N if signal N killed CMD.
+	return &exitError{code: ps.ExitCode()}
+}
+
+// guardWaitErr describes how the guard ended, when it did not exit.
+func guardWaitErr(ps *os.ProcessState, waitErr error) any {
+	if ps != nil {
+		return ps
+	}
+	return waitErr
 }
 
 // release gives the lock up on a context of its own: dlock's signals and

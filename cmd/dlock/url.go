@@ -5,9 +5,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/openurl"
 )
 
 // backendURL picks the URL to open: the flag, else $DLOCK_URL, else the
@@ -33,57 +35,20 @@ func backendURL(flag string, e *env) (string, error) {
 }
 
 // addSecrets remembers the secrets in a URL so that no message prints them:
-// the password, and the values of query parameters that look like secrets
-// (password=, sslpassword=, token=, ...; some drivers accept them). The
-// library already redacts the password part of a URL; this is the second
-// line of defence for everything dlock prints.
+// its password and the values of its secret query parameters (password=,
+// sslpassword=, token=, ...; some drivers accept them), in every spelling,
+// by the one rule of internal/openurl. The library already redacts the errors
+// it returns; this is the second line of defence for everything dlock prints,
+// and it also covers URLs the library cannot parse.
 func (e *env) addSecrets(raw string) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return // the library never echoes a URL it cannot parse
-	}
-	if u.User != nil {
-		if pw, ok := u.User.Password(); ok {
-			e.secrets = append(e.secrets, pw, url.PathEscape(pw), url.QueryEscape(pw))
-		}
-	}
-	for _, kv := range strings.Split(u.RawQuery, "&") {
-		k, v, _ := strings.Cut(kv, "=")
-		key, err := url.QueryUnescape(k)
-		if err != nil {
-			key = k
-		}
-		if !secretParam(key) || v == "" {
-			continue
-		}
-		e.secrets = append(e.secrets, v)
-		if dv, err := url.QueryUnescape(v); err == nil {
-			e.secrets = append(e.secrets, dv)
-		}
-	}
+	e.secrets = append(e.secrets, openurl.SecretsOf(raw)...)
+	// Longest first, so that masking one cannot leave part of another.
+	slices.SortStableFunc(e.secrets, func(a, b string) int { return len(b) - len(a) })
 }
 
-func secretParam(key string) bool {
-	key = strings.ToLower(key)
-	for _, w := range []string{"pass", "pwd", "secret", "token", "credential", "auth"} {
-		if strings.Contains(key, w) {
-			return true
-		}
-	}
-	return false
-}
-
-// scrub masks every remembered secret in s. Secrets shorter than four
-// characters are left alone: masking every "ab" would garble the message
-// while hiding little.
-func (e *env) scrub(s string) string {
-	for _, sec := range e.secrets {
-		if len(sec) >= 4 {
-			s = strings.ReplaceAll(s, sec, "xxxxx")
-		}
-	}
-	return s
-}
+// scrub masks every remembered secret in s, whatever its length: a short
+// password is still a password.
+func (e *env) scrub(s string) string { return openurl.Scrub(s, e.secrets) }
 
 // defaultDBPath is $XDG_STATE_HOME/dlock/locks.db, or
 // $HOME/.local/state/dlock/locks.db when XDG_STATE_HOME is unset or not

@@ -30,7 +30,7 @@ const workerEnv = "DLOCK_ACCEPTANCE_WORKER_URL"
 func TestWorker(t *testing.T) {
 	url := os.Getenv(workerEnv)
 	if url == "" {
-		t.Skip("worker process body; runs only when started by a scenario")
+		t.Skip("worker process body: only runs as a child of the multi-process tests")
 	}
 	os.Exit(runWorker(url, os.Stdin, os.Stdout))
 }

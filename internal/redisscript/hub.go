@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock/dlock/driver"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -246,4 +247,41 @@ func (h *Hub) Close() error {
 	err := ps.Close()
 	<-done
 	return err
+}
+
+// Subscription is a driver.Subscription over one waiter's Subs, one per hub
+// (per Redlock node), which all wake the same signal channel.
+type Subscription struct {
+	sig  chan struct{}
+	subs []*Sub
+	once sync.Once
+}
+
+var _ driver.Subscription = (*Subscription)(nil)
+
+// NewSubscription returns the subscription of subs, which were registered
+// with sig.
+func NewSubscription(sig chan struct{}, subs ...*Sub) *Subscription {
+	return &Subscription{sig: sig, subs: subs}
+}
+
+// C receives the waiter's wake-ups.
+func (s *Subscription) C() <-chan struct{} { return s.sig }
+
+// Close removes the waiter from every hub. A wake-up it did not consume is
+// passed on, once, to the next waiter of the channel. Close is idempotent
+// and returns nil.
+func (s *Subscription) Close() error {
+	s.once.Do(func() {
+		pending := false
+		select {
+		case <-s.sig:
+			pending = true
+		default:
+		}
+		for i, sub := range s.subs {
+			sub.Close(pending && i == 0)
+		}
+	})
+	return nil
 }

@@ -18,6 +18,11 @@
 // way E contains no braces, so the hash tag of every key is exactly E: a
 // lock's keys share one Redis Cluster slot, and two different names never
 // map to the same keys (a plain E never starts with '~').
+//
+// A key at P{E} or P{E}:fence that dlock did not write (another type, or a
+// string that is not a dlock value or counter) is a lock held by an unknown
+// owner: the scripts never overwrite it and never fail on it (see
+// AcquireResult.Foreign and NodeLock.Foreign).
 package redisscript
 
 import (

@@ -2,6 +2,7 @@ package redisscript
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -46,6 +47,25 @@ end
 local function value(count, fence, e, d, owner)
   return int(count) .. '\n' .. fence .. '\n' .. e .. '\n' .. d .. '\n' .. owner
 end
+-- read returns 'none' for a missing key, 'ours' and the fields of a lock
+-- value dlock wrote, or 'foreign' for anything else at the key (another
+-- client's string, a hash, a list, ...): never an error.
+local function read(k)
+  local v = redis.pcall('GET', k)
+  if not v then return 'none' end
+  if type(v) ~= 'string' then return 'foreign' end
+  local c, f, e, d, o = parse(v)
+  if not c then return 'foreign' end
+  return 'ours', c, f, e, d, o
+end
+-- counter returns the fencing counter at k (0 when missing), or nil when
+-- something else is stored there.
+local function counter(k)
+  local v = redis.pcall('GET', k)
+  if not v then return 0 end
+  if type(v) ~= 'string' or not string.match(v, '^%d+$') then return nil end
+  return tonumber(v)
+end
 `
 
 // acquireSrc grants, re-enters or refuses a lock.
@@ -57,27 +77,39 @@ end
 // and the key's expiry the lock is in its lock-delay: the key still exists,
 // so nobody can take it, but it is no longer held, so its owner can neither
 // renew, re-enter nor release it. Returns {1, count, fence} on a grant,
-// {0, pttl, fence, owner} on a refusal.
+// {0, pttl, fence, owner, 0} on a refusal, and {0, pttl, 0, "", 1} when a
+// key dlock did not write (any type) is at the lock key, or at the fence
+// counter of a lock that is not held: such a key is a lock held by an
+// unknown owner until it expires (pttl) or is deleted (pttl -1). Nothing
+// is written then.
 var acquireSrc = prelude + `
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
-local v = redis.call('GET', KEYS[1])
+local st, c, f, e, d, o = read(KEYS[1])
+if st == 'foreign' then
+  return {0, redis.call('PTTL', KEYS[1]), '0', '', 1}
+end
 local count, fence
-if v then
-  local c, f, e, d, o = parse(v)
+if st == 'ours' then
   if o ~= ARGV[1] or not live(e) then
-    return {0, redis.call('PTTL', KEYS[1]), f, o}
+    return {0, redis.call('PTTL', KEYS[1]), f, o, 0}
   end
   count, fence = tonumber(c) + 1, f
+elseif not counter(KEYS[2]) then
+  return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
 end
-local e, d = '', ''
+local ne, nd = '', ''
 if delay > 0 then
-  e, d = int(now() + ttl), ARGV[3]
+  ne, nd = int(now() + ttl), ARGV[3]
 end
-if not v then
-  count, fence = 1, int(redis.call('INCR', KEYS[2]))
+if st == 'none' then
+  local n = redis.pcall('INCR', KEYS[2])
+  if type(n) ~= 'number' then
+    return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
+  end
+  count, fence = 1, int(n)
 end
-redis.call('SET', KEYS[1], value(count, fence, e, d, ARGV[1]), 'PX', ttl + delay)
+redis.call('SET', KEYS[1], value(count, fence, ne, nd, ARGV[1]), 'PX', ttl + delay)
 return {1, count, fence}
 `
 
@@ -88,13 +120,12 @@ return {1, count, fence}
 //	("": publish nothing)
 //
 // Returns the remaining hold count, or -1 when the owner does not hold the
-// lock (absent, another owner, another grant, or past its lease expiry). The
-// last hold deletes the key at once (no lock-delay) and publishes the
-// grant's token on the release channel.
+// lock (absent, another owner, another grant, past its lease expiry, or a
+// key dlock did not write). The last hold deletes the key at once (no
+// lock-delay) and publishes the grant's token on the release channel.
 var releaseSrc = prelude + `
-local v = redis.call('GET', KEYS[1])
-if not v then return -1 end
-local c, f, e, d, o = parse(v)
+local st, c, f, e, d, o = read(KEYS[1])
+if st ~= 'ours' then return -1 end
 if o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or not live(e) then
   return -1
 end
@@ -116,17 +147,17 @@ return 0
 //	KEYS[i] lock of lease i
 //	ARGV[3i-2] owner, ARGV[3i-1] token ("0": do not check), ARGV[3i] TTL ms
 //
-// Returns one integer per key: 1 renewed, 0 not held. The lock-delay stored
-// at grant time is kept (the key lives for TTL plus it again).
+// Returns one integer per key: 1 renewed, 0 not held (a key dlock did not
+// write is not held). The lock-delay stored at grant time is kept (the key
+// lives for TTL plus it again).
 var renewSrc = prelude + `
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 local r = {}
 for i = 1, #KEYS do
   local b = (i - 1) * 3
   r[i] = 0
-  local v = redis.call('GET', KEYS[i])
-  if v then
-    local c, f, e, d, o = parse(v)
+  local st, c, f, e, d, o = read(KEYS[i])
+  if st == 'ours' then
     if o == ARGV[b + 1] and (ARGV[b + 2] == '0' or f == ARGV[b + 2]) and live(e) then
       local ttl = tonumber(ARGV[b + 3])
       if e == '' then
@@ -147,18 +178,19 @@ return r
 //
 //	KEYS[1] lock, KEYS[2] fence counter
 //	ARGV[1] owner, ARGV[2] token
+//
+// Returns 1, or 0 without writing anything when a key dlock did not write
+// is at the fence counter: the token is not recorded on this server.
 var fenceSrc = prelude + `
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+local cur = counter(KEYS[2])
+if not cur then return 0 end
 if cur < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], ARGV[2])
 end
-local v = redis.call('GET', KEYS[1])
-if v then
-  local c, f, e, d, o = parse(v)
-  if o == ARGV[1] and f ~= ARGV[2] then
-    local pttl = redis.call('PTTL', KEYS[1])
-    redis.call('SET', KEYS[1], value(c, ARGV[2], e, d, o), 'PX', math.max(pttl, 1))
-  end
+local st, c, f, e, d, o = read(KEYS[1])
+if st == 'ours' and o == ARGV[1] and f ~= ARGV[2] then
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('SET', KEYS[1], value(c, ARGV[2], e, d, o), 'PX', math.max(pttl, 1))
 end
 return 1
 `
@@ -166,11 +198,11 @@ return 1
 // dropSrc makes the server forget the current grant as if its lease had
 // just expired: with a lock-delay the key stays for the delay, without one
 // it goes. Nothing is published (an expiry is silent). The fencing counter
-// is untouched. Returns 1 if there was a grant, 0 if not.
+// is untouched, and so is a key dlock did not write. Returns 1 if there was
+// a grant, 0 if not.
 var dropSrc = prelude + `
-local v = redis.call('GET', KEYS[1])
-if not v then return 0 end
-local c, f, e, d, o = parse(v)
+local st, c, f, e, d, o = read(KEYS[1])
+if st ~= 'ours' then return 0 end
 if d ~= '' then
   redis.call('SET', KEYS[1], value(c, f, int(now()), d, o), 'PX', tonumber(d))
 else
@@ -206,10 +238,18 @@ func delayMillis(d time.Duration) int64 {
 // AcquireResult is the outcome of one Acquire on one server.
 type AcquireResult struct {
 	Granted bool
-	Count   int           // hold count after a grant
-	Fence   uint64        // the grant's token, or the holder's on a refusal
-	PTTL    time.Duration // refusal: time until the key expires (lease + lock-delay)
-	Holder  string        // refusal: the holder's owner
+	Count   int    // hold count after a grant
+	Fence   uint64 // the grant's token, or the holder's on a refusal (0 if Foreign)
+	// PTTL is, on a refusal, the time until the key in the way expires
+	// (lease + lock-delay); zero when it has no expiry (see NoExpiry).
+	PTTL   time.Duration
+	Holder string // refusal: the holder's owner; empty if Foreign
+	// Foreign reports a refusal because a key dlock did not write is at
+	// the lock key or the fencing counter: a lock held by an unknown owner.
+	Foreign bool
+	// NoExpiry reports a refusal by a key without a TTL: it is held until
+	// somebody deletes it.
+	NoExpiry bool
 }
 
 // Acquire runs the acquire script for one lock on one server.
@@ -245,11 +285,19 @@ func parseAcquire(v []any) (AcquireResult, error) {
 		return AcquireResult{}, err
 	}
 	r := AcquireResult{Fence: fence}
-	if pttl > 0 {
+	switch {
+	case pttl > 0:
 		r.PTTL = time.Duration(pttl) * time.Millisecond
+	case pttl == -1:
+		r.NoExpiry = true
 	}
 	if len(v) > 3 {
 		r.Holder, _ = v[3].(string)
+	}
+	if len(v) > 4 {
+		if f, err := toInt(v[4]); err == nil && f == 1 {
+			r.Foreign, r.Holder, r.Fence = true, "", 0
+		}
 	}
 	return r, nil
 }
@@ -268,10 +316,22 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token 
 	return int(n), true, nil
 }
 
+// ErrForeignFence is returned by WriteFence when a key dlock did not write
+// is at the fencing counter: the token could not be recorded there.
+var ErrForeignFence = errors.New("the fencing counter key holds a value dlock did not write")
+
 // WriteFence raises the fencing counter of k to at least token and records
-// token in owner's lock.
+// token in owner's lock. It fails with ErrForeignFence, writing nothing,
+// when a key dlock did not write is at the counter.
 func WriteFence(ctx context.Context, c redis.Scripter, k Keys, owner string, token uint64) error {
-	return fenceScript.Run(ctx, c, []string{k.Lock, k.Fence}, owner, strconv.FormatUint(token, 10)).Err()
+	n, err := fenceScript.Run(ctx, c, []string{k.Lock, k.Fence}, owner, strconv.FormatUint(token, 10)).Int64()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return ErrForeignFence
+	}
+	return nil
 }
 
 // Drop makes the server forget the current grant of k as if it had

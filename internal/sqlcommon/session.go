@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
 )
 
 // Conn is a connection pinned from a pool for as long as one session-bound
@@ -27,18 +28,64 @@ type Conn interface {
 	Abandon() (closeLater func())
 }
 
+// SessionSQL is the SQL of one session mode (a lock that lives as long as
+// its pinned connection: an advisory lock, GET_LOCK, a row lock in an open
+// transaction) over the driver's pinned-connection type C. Sessions calls
+// it; the bookkeeping (re-entrance, loss, Close) stays in Sessions.
+type SessionSQL[C Conn] interface {
+	// Pin takes a connection from the pool to hold req's lock on. Its error
+	// is returned to the caller as it is.
+	Pin(ctx context.Context, req driver.AcquireRequest) (C, error)
+	// Lock asks the server for req's lock on c and returns the fencing
+	// token. ok is false, with a nil error, when the lock is held by another
+	// session; c must then be as it was before Lock, fit to go back to the
+	// pool.
+	Lock(ctx context.Context, c C, req driver.AcquireRequest) (ok bool, token uint64, err error)
+	// Abort undoes a Lock that failed with an error (the lock may have been
+	// taken before the failure): it gives the lock up and returns c to the
+	// pool, or closes c when that fails.
+	Abort(c C)
+	// Unlock gives up the lock on name that c holds (the last release).
+	Unlock(ctx context.Context, c C, name string) error
+	// Ping proves c's session alive and re-arms its server-side idle
+	// timeout to ttl.
+	Ping(ctx context.Context, c C, ttl time.Duration) error
+}
+
 // Hold is one lock held in a session mode: the pinned connection and the
 // local re-entrance count (the server is asked once per hold). It is the
 // driver.Grant.Handle of every grant on it.
+//
+// A hold expires one TTL after the send time of the Lock or Ping that last
+// proved its session alive, unless a later Ping succeeds: by then every
+// lease on it has passed its validity deadline (the dlock package counts
+// from its own send time, which came first), nobody renews it any more (a
+// lease whose deadline passed is not renewed, and not released either),
+// and the server's idle timeout ends, or is about to end, its session. An
+// expired hold closes its connection (which frees the lock on the server
+// at once if the session still lives, and gives the pool its slot back),
+// leaves the table, and reports loss. Without this a hold whose leases were
+// all lost by their deadline (a process stopped past its TTL and resumed)
+// stayed listed with its dead connection, and every later acquire of the
+// name from the same driver was refused locally, without asking the server,
+// for as long as the process ran.
 type Hold[C Conn] struct {
 	name  string
 	owner string
 	token uint64
-	lost  *Lost
+	// lost ends, with the cause, when the hold is gone without a release
+	// asked for by its owner: driver.Grant.Lost and Cause read it.
+	lost context.Context
+	lose context.CancelCauseFunc
 
 	mu    sync.Mutex // serialises use of conn
 	conn  C          // zero once released, lost or abandoned
 	count int
+	// sent is when the Lock or Ping that last proved the session alive was
+	// sent, ttl the idle timeout it armed; the hold expires at sent+ttl.
+	sent   time.Time
+	ttl    time.Duration
+	expiry *time.Timer // fires at sent+ttl; stopped once conn is zero
 }
 
 // Name returns the lock name h holds.
@@ -53,110 +100,144 @@ func (h *Hold[C]) Conn() (C, bool) {
 	return h.conn, h.conn != zero
 }
 
-func (h *Hold[C]) grant(ttl time.Duration) driver.Grant {
-	return driver.Grant{Token: h.token, Count: h.count, TTL: ttl, Handle: h, Lost: h.lost.C(), Cause: h.lost.Cause}
+// grant returns a grant on h: its lease runs from h.sent for h.ttl, the
+// idle timeout armed on the server by the statement sent then (a
+// re-entrance does not reach the server, so nothing later extends it).
+// h.mu is held.
+func (h *Hold[C]) grant() driver.Grant {
+	return driver.Grant{Token: h.token, Count: h.count, TTL: h.ttl, Sent: h.sent, Handle: h, Lost: h.lost.Done(), Cause: h.cause}
 }
+
+// expiresIn returns how long until h expires (see Hold); h.mu is held.
+func (h *Hold[C]) expiresIn() time.Duration { return time.Until(h.sent.Add(h.ttl)) }
+
+// confirmed records a Lock or Ping sent at sent that armed ttl and
+// succeeded, and moves the expiry; h.mu is held.
+func (h *Hold[C]) confirmed(sent time.Time, ttl time.Duration) {
+	if sent.After(h.sent) || ttl != h.ttl {
+		h.sent, h.ttl = sent, ttl
+	}
+	if h.expiry != nil {
+		h.expiry.Reset(h.expiresIn())
+	}
+}
+
+// detach zeroes h's connection and stops its expiry, returning the
+// connection it had; h.mu is held.
+func (h *Hold[C]) detach() C {
+	var zero C
+	conn := h.conn
+	h.conn = zero
+	h.count = 0
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	return conn
+}
+
+// cause returns why h was lost, or nil while it is not.
+func (h *Hold[C]) cause() error { return context.Cause(h.lost) }
 
 // destroy closes h's connection (ending its session and its lock) and
-// signals loss with cause. The caller must not hold h.mu.
+// signals loss with cause. Loss is signalled under h.mu, before the
+// connection is zeroed, so a Release or Renew that finds no connection
+// always finds the cause. The caller must not hold h.mu.
 func (h *Hold[C]) destroy(cause error) {
 	h.mu.Lock()
+	h.lose(cause)
 	var zero C
 	if h.conn != zero {
-		h.conn.Discard()
-		h.conn = zero
+		h.detach().Discard()
 	}
 	h.mu.Unlock()
-	h.lost.Close(cause)
 }
 
-// Sessions is the bookkeeping of a driver's session-bound locks: the holds
-// by name, re-entrance, loss, and the driver's closed and killed state.
+// Sessions is a Locker for a session mode: the bookkeeping of a driver's
+// session-bound locks (the holds by name, re-entrance, loss, the closed and
+// killed state) around the mode's SQL.
 // Lock order: a Hold's lock before the Sessions lock.
 // All methods are safe for concurrent use. The zero value is not usable; use
 // NewSessions.
 type Sessions[C Conn] struct {
 	prefix string // the driver's name, leading every error
+	mode   string // the mode's name, for errors
+	sql    SessionSQL[C]
 
 	mu        sync.Mutex
 	holds     map[string]*Hold[C]
 	closed    bool
-	killed    bool
 	abandoned []func() // socket closers of a killed driver's connections
 }
 
 // NewSessions returns an empty table for the driver named prefix (for
-// example "pglock"), which leads its error messages.
-func NewSessions[C Conn](prefix string) *Sessions[C] {
-	return &Sessions[C]{prefix: prefix, holds: map[string]*Hold[C]{}}
+// example "pglock"), which leads its error messages, in the session mode
+// named mode, whose SQL is sql.
+func NewSessions[C Conn](prefix, mode string, sql SessionSQL[C]) *Sessions[C] {
+	return &Sessions[C]{prefix: prefix, mode: mode, sql: sql, holds: map[string]*Hold[C]{}}
 }
 
-// Check returns ErrKilled after Kill, an error after Close, and nil before.
-func (s *Sessions[C]) Check() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.killed:
-		return ErrKilled
-	case s.closed:
-		return errors.New(s.prefix + ": driver is closed")
-	}
-	return nil
-}
-
-// Len returns the number of holds listed.
+// Len returns the number of holds listed; 0 for a nil s (a driver in a
+// lease mode).
 func (s *Sessions[C]) Len() int {
+	if s == nil {
+		return 0
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.holds)
 }
 
-// Get returns the hold listed under name, or nil.
+// Get returns the hold listed under name, or nil; nil for a nil s (a
+// driver in a lease mode).
 func (s *Sessions[C]) Get(name string) *Hold[C] {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.holds[name]
 }
 
-// Acquire takes req in a session mode named mode. A name this driver
-// already holds never reaches the server: another owner gets a LockedError
-// carrying the held token, the same owner a grant with the count raised by
-// one. Otherwise pin gets a connection from the pool (its error is returned
-// as it is), lock asks the server for the lock on it and returns the fencing
-// token, and the connection stays pinned while the lock is held. If lock
-// fails, abort gets the connection back to a known state or closes it; if
-// the server refuses, the connection goes back to the pool and the result
-// is a LockedError. Lock-delay is not supported: a session lock ends with
-// its connection.
-func (s *Sessions[C]) Acquire(ctx context.Context, req driver.AcquireRequest, mode string,
-	pin func(context.Context) (C, error),
-	lock func(context.Context, C) (ok bool, token uint64, err error),
-	abort func(C)) (driver.Grant, error) {
+// TryAcquire implements Locker. A name this driver already holds never
+// reaches the server: another owner gets a LockedError carrying the held
+// token, the same owner a grant with the count raised by one. Otherwise
+// SessionSQL.Pin gets a connection from the pool, Lock asks the server for
+// the lock on it, and the connection stays pinned while the lock is held.
+// If Lock fails, Abort gets the connection back to a known state or closes
+// it; if the server refuses, the connection goes back to the pool and the
+// result is a LockedError. Lock-delay is not supported: a session lock ends
+// with its connection.
+func (s *Sessions[C]) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if req.LockDelay > 0 {
-		return driver.Grant{}, Unsupported(mode)
+		return driver.Grant{}, Unsupported(s.mode)
 	}
 	if g, ok, err := s.reenter(req); ok {
 		return g, err
 	}
-	conn, err := pin(ctx)
+	conn, err := s.sql.Pin(ctx, req)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	ok, token, err := lock(ctx, conn)
+	sent := time.Now()
+	ok, token, err := s.sql.Lock(ctx, conn, req)
 	if err != nil {
-		abort(conn)
-		return driver.Grant{}, fmt.Errorf("%s: acquire: %w", s.prefix, err)
+		s.sql.Abort(conn)
+		return driver.Grant{}, ctxerr.Wrap(ctx, s.prefix+": acquire", err)
 	}
 	if !ok {
 		conn.Release()
 		return driver.Grant{}, &driver.LockedError{}
 	}
-	return s.add(req, token, conn)
+	return s.add(req, token, conn, sent)
 }
 
 // reenter handles an acquire of a name this driver already holds. ok is
 // false when the driver holds nothing live under req.Name and must ask the
-// server.
+// server. Another owner is refused with the time until the hold expires as
+// RetryAfter; the same owner re-enters with a grant that runs from the
+// hold's last confirmation (Grant.Sent), not from now. A hold that has
+// expired (its expiry timer may not have run yet, for example in a process
+// just resumed from a stop) is ended here and the server is asked.
 func (s *Sessions[C]) reenter(req driver.AcquireRequest) (g driver.Grant, ok bool, err error) {
 	h := s.Get(req.Name)
 	if h == nil {
@@ -165,30 +246,62 @@ func (s *Sessions[C]) reenter(req driver.AcquireRequest) (g driver.Grant, ok boo
 	h.mu.Lock()
 	var zero C
 	if h.conn != zero {
-		if h.owner != req.Owner {
-			tok := h.token
+		if left := h.expiresIn(); left > 0 {
+			if h.owner != req.Owner {
+				tok := h.token
+				h.mu.Unlock()
+				return driver.Grant{}, true, &driver.LockedError{Token: tok, RetryAfter: left}
+			}
+			h.count++
+			g := h.grant()
 			h.mu.Unlock()
-			return driver.Grant{}, true, &driver.LockedError{Token: tok}
+			return g, true, nil
 		}
-		h.count++
-		g := h.grant(req.TTL)
 		h.mu.Unlock()
-		return g, true, nil
+		s.expire(h)
+		return driver.Grant{}, false, nil
 	}
 	h.mu.Unlock()
 	s.drop(h) // lost or released meanwhile: acquire afresh
 	return driver.Grant{}, false, nil
 }
 
+// expire ends h if it has expired (see Hold): its connection is closed, it
+// leaves the table, and its loss is signalled. A hold confirmed meanwhile
+// gets its timer re-armed instead.
+func (s *Sessions[C]) expire(h *Hold[C]) {
+	h.mu.Lock()
+	var zero C
+	if h.conn == zero {
+		h.mu.Unlock()
+		return
+	}
+	if left := h.expiresIn(); left > 0 {
+		h.expiry.Reset(left)
+		h.mu.Unlock()
+		return
+	}
+	h.lose(SessionLost(fmt.Errorf("no renewal within the TTL (%v) since %s; the server's idle timeout ends the session", h.ttl, h.sent.Format(time.RFC3339Nano))))
+	conn := h.detach()
+	h.mu.Unlock()
+	s.drop(h)
+	conn.Discard()
+}
+
 // add lists a lock the server has just granted on conn with the fencing
-// token and returns its first grant. If the driver was closed meanwhile,
-// conn is discarded and add fails.
-func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C) (driver.Grant, error) {
-	h := &Hold[C]{name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, lost: NewLost()}
+// token, by a Lock sent at sent, and returns its first grant. If the driver
+// was closed meanwhile, conn is discarded and add fails.
+func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent time.Time) (driver.Grant, error) {
+	h := &Hold[C]{name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
+	h.lost, h.lose = context.WithCancelCause(context.Background())
+	h.mu.Lock()
+	h.expiry = time.AfterFunc(h.expiresIn(), func() { s.expire(h) })
+	g := h.grant()
+	h.mu.Unlock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		h.destroy(errors.New(s.prefix + ": driver closed"))
+		h.destroy(fmt.Errorf("%s: driver closed: %w", s.prefix, driver.ErrSessionLost))
 		return driver.Grant{}, errors.New(s.prefix + ": driver is closed")
 	}
 	// A hold still listed under this name is finished on the server (the
@@ -197,7 +310,7 @@ func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C) (driv
 	// it here, without touching its lock, keeps the lock order h.mu → s.mu.
 	s.holds[req.Name] = h
 	s.mu.Unlock()
-	return h.grant(req.TTL), nil
+	return g, nil
 }
 
 // lookup finds the hold behind l and checks that l is a grant on it.
@@ -218,13 +331,13 @@ func (s *Sessions[C]) drop(h *Hold[C]) {
 	s.mu.Unlock()
 }
 
-// Release gives up one grant of l. Above one, the count goes down and the
-// server is not asked. The last release calls unlock on the pinned
-// connection (under the hold's lock) and then returns the connection to its
-// pool; if unlock fails the session's state is unknown, so the connection
-// is closed, which ends the session and any lock it still had, and the
-// hold reports loss.
-func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease, unlock func(context.Context, C) error) (int, error) {
+// Release implements Locker: it gives up one grant of l. Above one, the
+// count goes down and the server is not asked. The last release calls
+// SessionSQL.Unlock on the pinned connection (under the hold's lock) and
+// then returns the connection to its pool; if Unlock fails the session's
+// state is unknown, so the connection is closed, which ends the session and
+// any lock it still had, and the hold reports loss.
+func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease) (int, error) {
 	h, err := s.lookup(l)
 	if err != nil {
 		return 0, err
@@ -233,7 +346,7 @@ func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease, unlock func(c
 	defer h.mu.Unlock()
 	var zero C
 	if h.conn == zero {
-		if c := h.lost.Cause(); c != nil {
+		if c := h.cause(); c != nil {
 			return 0, fmt.Errorf("%s: release: %w", s.prefix, c)
 		}
 		return 0, fmt.Errorf("%s: release: %w", s.prefix, driver.ErrNotHeld)
@@ -242,26 +355,25 @@ func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease, unlock func(c
 		h.count--
 		return h.count, nil
 	}
-	err = unlock(ctx, h.conn)
+	err = s.sql.Unlock(ctx, h.conn, h.name)
 	s.drop(h)
-	conn := h.conn
-	h.conn = zero
-	h.count = 0
+	conn := h.detach()
 	if err != nil {
 		conn.Discard()
 		cause := SessionLost(err)
-		h.lost.Close(cause)
+		h.lose(cause)
 		return 0, fmt.Errorf("%s: release: %w", s.prefix, cause)
 	}
 	conn.Release()
 	return 0, nil
 }
 
-// Renew pings the connection behind each distinct hold in ls, at most 16 at
-// once, with the longest TTL asked for it. A failed ping ends the hold: its
-// connection is closed, so whatever lock it had is gone on the server too,
-// and every lease on it gets an error wrapping driver.ErrSessionLost.
-func (s *Sessions[C]) Renew(ctx context.Context, ls []driver.Lease, ping func(context.Context, C, time.Duration) error) []error {
+// Renew implements Locker: it pings the connection behind each distinct
+// hold in ls, at most 16 at once, with the longest TTL asked for it. A
+// failed ping ends the hold: its connection is closed, so whatever lock it
+// had is gone on the server too, and every lease on it gets an error
+// wrapping driver.ErrSessionLost. It never fails as a whole.
+func (s *Sessions[C]) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	errs := make([]error, len(ls))
 	type job struct {
 		h   *Hold[C]
@@ -292,27 +404,31 @@ func (s *Sessions[C]) Renew(ctx context.Context, ls []driver.Lease, ping func(co
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			err := s.ping(ctx, j.h, j.ttl, ping)
+			err := s.ping(ctx, j.h, j.ttl)
 			for _, i := range j.idx {
 				errs[i] = err
 			}
 		}()
 	}
 	wg.Wait()
-	return errs
+	return errs, nil
 }
 
-func (s *Sessions[C]) ping(ctx context.Context, h *Hold[C], ttl time.Duration, ping func(context.Context, C, time.Duration) error) error {
+func (s *Sessions[C]) ping(ctx context.Context, h *Hold[C], ttl time.Duration) error {
 	h.mu.Lock()
 	var zero C
 	if h.conn == zero {
 		h.mu.Unlock()
-		if c := h.lost.Cause(); c != nil {
+		if c := h.cause(); c != nil {
 			return c
 		}
 		return fmt.Errorf("%s: renew: %w", s.prefix, driver.ErrNotHeld)
 	}
-	err := ping(ctx, h.conn, ttl)
+	sent := time.Now()
+	err := s.sql.Ping(ctx, h.conn, ttl)
+	if err == nil {
+		h.confirmed(sent, ttl)
+	}
 	h.mu.Unlock()
 	if err != nil {
 		cause := SessionLost(err)
@@ -323,39 +439,34 @@ func (s *Sessions[C]) ping(ctx context.Context, h *Hold[C], ttl time.Duration, p
 	return nil
 }
 
-// Close closes the sockets Kill abandoned and marks the driver closed. The
-// first call returns the holds that were listed, for the caller to end with
-// EndAll (after stopping its own background work); later calls return
-// first false.
-func (s *Sessions[C]) Close() (holds []*Hold[C], first bool) {
+// Close implements Locker. It closes the sockets Kill abandoned; on the
+// first call it also refuses later grants and closes the connections of the
+// holds listed, which frees their locks on the server, and signals their
+// loss.
+func (s *Sessions[C]) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, closeLater := range s.abandoned {
 		closeLater()
 	}
 	s.abandoned = nil
 	if s.closed {
-		return nil, false
+		s.mu.Unlock()
+		return
 	}
 	s.closed = true
-	return s.take(), true
-}
-
-// EndAll closes the connections of holds, which frees their locks on the
-// server, and signals their loss.
-func (s *Sessions[C]) EndAll(holds []*Hold[C]) {
+	holds := s.take()
+	s.mu.Unlock()
 	for _, h := range holds {
-		h.destroy(errors.New(s.prefix + ": driver closed"))
+		h.destroy(fmt.Errorf("%s: driver closed: %w", s.prefix, driver.ErrSessionLost))
 	}
 }
 
-// Kill simulates a crash for the test harness: the driver is marked closed
-// and killed, and every pinned connection is abandoned as it is (no unlock,
-// no more traffic, so the server frees the locks only when the sessions
-// end). Close closes the abandoned sockets.
+// Kill implements Locker: later grants are refused and every pinned
+// connection is abandoned as it is (no unlock, no more traffic, so the
+// server frees the locks only when the sessions end). Close closes the
+// abandoned sockets.
 func (s *Sessions[C]) Kill() {
 	s.mu.Lock()
-	s.killed = true
 	s.closed = true
 	holds := s.take()
 	s.mu.Unlock()
@@ -363,8 +474,7 @@ func (s *Sessions[C]) Kill() {
 	for _, h := range holds {
 		h.mu.Lock()
 		if h.conn != zero {
-			closeLater := h.conn.Abandon()
-			h.conn = zero
+			closeLater := h.detach().Abandon()
 			s.mu.Lock()
 			s.abandoned = append(s.abandoned, closeLater)
 			s.mu.Unlock()

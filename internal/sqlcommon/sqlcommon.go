@@ -1,14 +1,17 @@
-// Package sqlcommon holds what pglock and mysqllock share: table-name
-// validation, credential redaction, the error shapes a session-bound grant
-// reports when its connection dies, and the bookkeeping of session-bound
-// locks (Sessions) over a driver's own pinned-connection type.
+// Package sqlcommon holds what pglock and mysqllock share: the driver frame
+// (Base: closed state, the lock table created once, the calls handed to the
+// Locker a driver's New chose for its mode), the bookkeeping of
+// session-bound locks (Sessions) over a driver's own pinned-connection type
+// and SQL, table-name and option validation, the bounded wait for a pool
+// connection, and the error shapes a session-bound grant reports when its
+// connection dies. URL secrets and bad-URL errors are internal/openurl's.
 package sqlcommon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -43,37 +46,6 @@ func CheckTable(name string) error {
 	return nil
 }
 
-// Redact returns err with every occurrence of the URL's password (raw and
-// escaped) replaced by "xxxxx". It keeps err in the chain for errors.Is.
-func Redact(err error, u *url.URL) error {
-	if err == nil || u == nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" {
-		return err
-	}
-	msg := err.Error()
-	red := msg
-	for _, s := range []string{pw, url.QueryEscape(pw), url.PathEscape(pw), url.UserPassword("x", pw).String()[2:]} {
-		if s != "" {
-			red = strings.ReplaceAll(red, s, "xxxxx")
-		}
-	}
-	if red == msg {
-		return err
-	}
-	return &redacted{msg: red, err: err}
-}
-
-type redacted struct {
-	msg string
-	err error
-}
-
-func (r *redacted) Error() string { return r.msg }
-func (r *redacted) Unwrap() error { return r.err }
-
 // SessionLost returns the error a session-bound grant reports once its pinned
 // connection is gone: it wraps both driver.ErrSessionLost and
 // driver.ErrNotHeld, and cause when there is one.
@@ -102,42 +74,56 @@ func Unsupported(mode string) error {
 	return fmt.Errorf("%w: lock-delay in mode %s (a session lock ends with its connection)", driver.ErrUnsupported, mode)
 }
 
-// Lost is a once-closed loss signal for a session-bound grant: the channel
-// behind driver.Grant.Lost and the error behind driver.Grant.Cause.
-// The zero value is not usable; use NewLost.
-type Lost struct {
-	ch    chan struct{}
-	once  chan struct{} // 1-buffered token: whoever takes it closes ch
-	cause error
-}
+// PoolWait is how long a session mode waits for a pool connection, to pin
+// or to increment a fence on: with every connection pinned by held locks a
+// longer wait would be for a release that may never come, and TryAcquire
+// must not hang.
+const PoolWait = 3 * time.Second
 
-// NewLost returns an open loss signal.
-func NewLost() *Lost {
-	l := &Lost{ch: make(chan struct{}), once: make(chan struct{}, 1)}
-	l.once <- struct{}{}
-	return l
-}
-
-// Close records cause and closes the channel. Only the first call has an
-// effect. It is safe for concurrent use.
-func (l *Lost) Close(cause error) {
-	select {
-	case <-l.once:
-		l.cause = cause
-		close(l.ch)
-	default:
+// PoolError describes err, the failure to get a connection from a pool for
+// what ("pinning a connection", …) within PoolWait. Only when the wait ran
+// out (timedOut) while every connection the pool may open was in use
+// (inUse >= size > 0) does it say the pool was exhausted; any other cause
+// (a refused connection, a failed handshake, a hung dial) is reported as
+// itself. err is always wrapped, so the cause stays in the chain.
+func PoolError(what string, err error, timedOut bool, inUse, size int, hint string) error {
+	if timedOut && size > 0 && inUse >= size {
+		return fmt.Errorf("%s: no free connection within %v: all %d in use (%s): %w", what, PoolWait, size, hint, err)
 	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
-// C is closed by the first Close.
-func (l *Lost) C() <-chan struct{} { return l.ch }
-
-// Cause returns the error given to Close, or nil while l is open.
-func (l *Lost) Cause() error {
-	select {
-	case <-l.ch:
-		return l.cause
-	default:
-		return nil
+// WithPoolWait runs get, which takes a connection from a pool (or runs a
+// statement on one) for what, bounded by PoolWait, and describes its
+// failure with PoolError: stats reports the pool's connections in use and
+// its size, hint how to size it. It is how every wait for a pool
+// connection in pglock and mysqllock is bounded.
+func WithPoolWait[T any](ctx context.Context, what, hint string, stats func() (inUse, size int), get func(context.Context) (T, error)) (T, error) {
+	pctx, cancel := context.WithTimeout(ctx, PoolWait)
+	defer cancel()
+	v, err := get(pctx)
+	if err != nil {
+		// Examined before cancel, which would make pctx.Err() non-nil
+		// whatever happened.
+		timedOut := ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded)
+		inUse, size := stats()
+		var zero T
+		return zero, PoolError(what, err, timedOut, inUse, size, hint)
 	}
+	return v, nil
+}
+
+// TakeParams removes the parameters mode and table, which the SQL drivers
+// read themselves, from q and returns them; the rest of q goes to the
+// database's client library. A parameter given but empty is an error.
+func TakeParams(prefix string, q url.Values) (mode, table string, err error) {
+	for _, p := range []string{"mode", "table"} {
+		if q.Has(p) && q.Get(p) == "" {
+			return "", "", fmt.Errorf("%s: URL parameter %s is empty", prefix, p)
+		}
+	}
+	mode, table = q.Get("mode"), q.Get("table")
+	q.Del("mode")
+	q.Del("table")
+	return mode, table, nil
 }

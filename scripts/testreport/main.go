@@ -35,7 +35,7 @@ import (
 )
 
 // defaultBackends are the packages that talk to real servers.
-const defaultBackends = "sqlitelock,redislock,redlock,etcdlock,zklock,pglock,mysqllock,internal/testserver"
+const defaultBackends = "sqlitelock,redislock,redlock,etcdlock,zklock,pglock,mysqllock,internal/testserver,internal/acceptance,check"
 
 func main() {
 	ci := flag.Bool("ci", os.Getenv("CI") == "true" || os.Getenv("CI") == "1", "fail on skipped tests in backend packages (default: $CI is true)")

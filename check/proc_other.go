@@ -1,0 +1,7 @@
+//go:build !linux
+
+package check
+
+import "syscall"
+
+func workerProcAttr() *syscall.SysProcAttr { return nil }

@@ -1,0 +1,275 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
+	"github.com/dlock/dlock/internal/sessionlock"
+)
+
+// TryAcquire implements driver.Driver: one transaction that enqueues the
+// request and reads the head of the queue; when the request is not at the
+// head its key is deleted again and a *driver.LockedError returned.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.acquire(ctx, req, false)
+}
+
+// Acquire implements driver.Queuer: it enqueues the request and waits, watching
+// only the key just before its own, until it reaches the head of the queue.
+// On any error, including ctx being done or the lease ending while waiting, it
+// deletes its key before returning.
+func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.acquire(ctx, req, true)
+}
+
+func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
+	// start is when this call began; grants report their validity from the
+	// last refresh of the lease (Grant.Sent), which may be later.
+	start := time.Now()
+	ops := sessionlock.Ops[*handle]{
+		Enqueue: func() (driver.Grant, error) { return d.enqueue(ctx, req, wait, start) },
+		Check:   func(hd *handle) (bool, time.Time, error) { return d.stillHeld(ctx, hd) },
+		Grant:   d.grant,
+	}
+	if req.LockDelay > 0 {
+		ops.Reenter = func(hd *handle) error { return d.setGuard(ctx, hd, req.Name, req.LockDelay) }
+	}
+	return d.holds.Acquire(ctx, req.Name, req.Owner, wait, "etcdlock: acquire", ops)
+}
+
+// grant describes h. The lease was refreshed by a request sent at sent, so
+// it lasts at least its TTL from then.
+func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
+	h.confirmed.Record(sent)
+	return driver.Grant{
+		Token:  uint64(h.rev),
+		Count:  count,
+		TTL:    h.sess.ttl,
+		Sent:   sent,
+		Handle: h,
+		Lost:   h.sess.Done(),
+		Cause:  h.sess.Cause,
+	}
+}
+
+// stillHeld reports whether h's key exists with h's create revision, and
+// when the lease was last known to be refreshed (see commitRefreshed).
+func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, time.Time, error) {
+	if h.sess.Lost() {
+		return false, time.Time{}, nil
+	}
+	resp, sent, err := commitRefreshed(h.sess, d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)))
+	if err != nil {
+		if h.sess.Lost() {
+			return false, sent, nil
+		}
+		return false, sent, fmt.Errorf("etcdlock: check key: %w", err)
+	}
+	return resp.Succeeded, sent, nil
+}
+
+// commitRefreshed commits txn (bound to its own context) and returns, with
+// its outcome, the send time of the last keepalive of sess's lease that the
+// server confirmed: the lease lasts at least its TTL from then.
+func commitRefreshed(sess *session, txn clientv3.Txn) (*clientv3.TxnResponse, time.Time, error) {
+	resp, err := txn.Commit()
+	return resp, sess.RefreshedAt(), err
+}
+
+// enqueue puts the request's key and, when wait is set, waits for its turn.
+func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bool, start time.Time) (driver.Grant, error) {
+	secs, err := d.leaseSeconds(req.TTL)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	sess, err := d.session(ctx, secs)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	key := d.newKey(req.Name, sess.id)
+	pfx := d.queuePrefix(req.Name)
+	guard := d.guardKey(req.Name)
+	resp, sent, err := commitRefreshed(sess, d.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, req.Owner, clientv3.WithLease(sess.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(guard)))
+	if err != nil {
+		// The put may have happened: remove it. The key is this attempt's
+		// alone, so whatever is there is ours.
+		d.discard(sess, key, 0)
+		return driver.Grant{}, ctxerr.Wrap(ctx, "etcdlock: enqueue", err)
+	}
+	if !resp.Succeeded {
+		// 64 random bits collided with a live key: not ours, leave it.
+		return driver.Grant{}, fmt.Errorf("etcdlock: key %q exists already", key)
+	}
+	rev := resp.Header.Revision
+	h := &handle{key: key, name: req.Name, rev: rev, sess: sess}
+	head := resp.Responses[1].GetResponseRange().Kvs
+	first := len(head) == 0 || head[0].CreateRevision == rev
+	if !first || blocked(resp.Responses[2].GetResponseRange().Kvs, key) {
+		if !wait {
+			d.discard(sess, key, rev)
+			return driver.Grant{}, &driver.LockedError{}
+		}
+		if sent, err = d.waitTurn(ctx, h, pfx, guard); err != nil {
+			d.discard(sess, key, rev)
+			return driver.Grant{}, err
+		}
+	}
+	if req.LockDelay > 0 {
+		if err := d.setGuard(ctx, h, req.Name, req.LockDelay); err != nil {
+			d.discard(sess, key, rev)
+			return driver.Grant{}, err
+		}
+	}
+	g := d.grant(h, 1, sent)
+	sess.track(h)
+	return g, nil
+}
+
+// waitTurn waits until no key older than h's remains under pfx and no
+// lock-delay guard of an earlier holder remains. It returns the refresh time
+// of the lease as of the look that found the way clear.
+func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx, guard string) (time.Time, error) {
+	for {
+		resp, sent, err := commitRefreshed(h.sess, d.cli.Txn(ctx).Then(
+			clientv3.OpGet(h.key, clientv3.WithKeysOnly()),
+			clientv3.OpGet(pfx, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(h.rev-1), clientv3.WithKeysOnly())...),
+			clientv3.OpGet(guard),
+		))
+		if err != nil {
+			if h.sess.Lost() {
+				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.Cause())
+			}
+			return sent, ctxerr.Wrap(ctx, "etcdlock: wait", err)
+		}
+		own := resp.Responses[0].GetResponseRange().Kvs
+		if len(own) == 0 || own[0].CreateRevision != h.rev {
+			if h.sess.Lost() {
+				return sent, fmt.Errorf("etcdlock: while waiting: %w", h.sess.Cause())
+			}
+			return sent, fmt.Errorf("etcdlock: queue key %q was deleted while waiting: %w", h.key, driver.ErrSessionLost)
+		}
+		prev := resp.Responses[1].GetResponseRange().Kvs
+		g := resp.Responses[2].GetResponseRange().Kvs
+		var next *mvccpb.KeyValue
+		switch {
+		case len(prev) > 0:
+			next = prev[0]
+		case blocked(g, h.key):
+			next = g[0] // an earlier holder was lost: wait out its lock-delay
+		default:
+			return sent, nil
+		}
+		if err := d.waitDelete(ctx, h.sess, string(next.Key), next.CreateRevision); err != nil {
+			return sent, err
+		}
+	}
+}
+
+// waitDelete waits until the key created at revision createRev is gone.
+//
+// The watch starts at the current revision rather than at the revision of
+// the caller's last read: etcd serves a watch that starts in the past from a
+// background loop that catches up every 100ms, which would add up to 100ms to
+// every hand-off on a busy lock. Once the watch exists, one read makes sure
+// the key was not deleted before it.
+func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, createRev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := d.cli.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				if ctx.Err() != nil {
+					return fmt.Errorf("etcdlock: wait: %w", ctx.Err())
+				}
+				if d.ctx.Err() != nil {
+					return errors.New("etcdlock: driver is closed")
+				}
+				return nil // the watch ended: look again
+			}
+			if err := wr.Err(); err != nil {
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					return nil // look again
+				}
+				return fmt.Errorf("etcdlock: watch %q: %w", key, err)
+			}
+			if wr.Created {
+				resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
+				if err != nil {
+					return ctxerr.Wrap(ctx, "etcdlock: wait", err)
+				}
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+					return nil
+				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		case <-sess.Done():
+			return fmt.Errorf("etcdlock: while waiting: %w", sess.Cause())
+		case <-ctx.Done():
+			return fmt.Errorf("etcdlock: wait: %w", ctx.Err())
+		case <-d.ctx.Done():
+			return errors.New("etcdlock: driver is closed")
+		}
+	}
+}
+
+// discard deletes key, bound to sess's lease, if its create revision is rev
+// (or whatever version is there when rev is 0: keys are unique to one
+// acquire attempt, so that is the failed attempt's own), on a detached
+// context. When that fails it keeps trying in the background while the lease
+// lives, so an error path never leaves a live key blocking the queue.
+func (d *Driver) discard(sess *session, key string, rev int64) {
+	if d.tryDiscard(key, rev) == nil {
+		return
+	}
+	d.bg.Go(func() {
+		delay := 50 * time.Millisecond
+		for {
+			select {
+			case <-d.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			if sess.Lost() {
+				return // the key went with the lease
+			}
+			if d.tryDiscard(key, rev) == nil {
+				return
+			}
+			delay = min(2*delay, 2*time.Second)
+		}
+	})
+}
+
+func (d *Driver) tryDiscard(key string, rev int64) error {
+	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+	defer cancel()
+	if rev == 0 {
+		resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		rev = resp.Kvs[0].CreateRevision
+	}
+	_, err := d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	return err
+}

@@ -1,0 +1,332 @@
+// Package sessionlock holds the logic that the session-bound, queue-based
+// drivers (etcdlock, zklock: a grant lives as long as a backend session, and
+// waiters queue in the backend) share and that does not depend on their
+// backend: the per-driver re-entrance bookkeeping keyed by (name, owner),
+// the liveness record of a backend session and the driver's background
+// goroutines. Each driver keeps only its own round trips.
+package sessionlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+type holdKey struct{ name, owner string }
+
+// hold is the local record of one (name, owner) grant.
+type hold[H comparable] struct {
+	h       H // the grant's handle; the zero H while the first acquire is in flight
+	count   int
+	pending chan struct{} // non-nil while an acquire is in flight; closed when it ends
+}
+
+// Holds is a driver's record of the grants it holds, keyed by (name, owner):
+// the same owner taking the same name again through the same driver
+// increments a hold count instead of queueing behind itself. H is the
+// driver's handle type (a pointer). The zero value is ready to use; a Holds
+// is safe for concurrent use.
+type Holds[H comparable] struct {
+	mu sync.Mutex
+	m  map[holdKey]*hold[H]
+}
+
+// Check reports whether the backend still has h's grant in place, and the
+// send time of the request that showed it (from which the grant lasts at
+// least its TTL).
+type Check[H comparable] func(h H) (ok bool, sent time.Time, err error)
+
+// Ops are the backend round trips that Holds.Acquire drives.
+type Ops[H comparable] struct {
+	// Enqueue takes the lock afresh (queueing when the call waits) and
+	// returns its grant, whose Handle is an H.
+	Enqueue func() (driver.Grant, error)
+	// Check confirms an existing grant before it is counted again.
+	Check Check[H]
+	// Reenter, when not nil, runs after a re-entrant grant was counted
+	// (e.g. to write a lock-delay guard); an error undoes the count.
+	Reenter func(h H) error
+	// Grant describes h held count times, confirmed by a request sent at
+	// sent.
+	Grant func(h H, count int, sent time.Time) driver.Grant
+}
+
+// Acquire takes the lock name for owner. When the driver holds it for owner
+// already, it confirms the grant with ops.Check and counts it once more;
+// when the driver no longer has it in place, the hold is forgotten and the
+// lock taken afresh. While another acquire of the same (name, owner) is in
+// flight, a waiting call (wait set) waits for it and then re-enters or
+// starts afresh, and a non-waiting one returns a *driver.LockedError. what
+// prefixes the error returned when ctx ends while waiting.
+func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, what string, ops Ops[H]) (driver.Grant, error) {
+	hk := holdKey{name, owner}
+	// dropped is a hold that Check reported gone; if the fresh enqueue finds
+	// the very same grant (same token: create revisions and czxids are
+	// unique), the check was wrong, and the hold is taken back with its
+	// handle and count rather than restarted at one.
+	var dropped *hold[H]
+	for {
+		hs.mu.Lock()
+		h := hs.m[hk]
+		if h == nil {
+			h = &hold[H]{pending: make(chan struct{})}
+			if hs.m == nil {
+				hs.m = map[holdKey]*hold[H]{}
+			}
+			hs.m[hk] = h
+			hs.mu.Unlock()
+			g, err := ops.Enqueue()
+			hs.mu.Lock()
+			switch {
+			case err != nil:
+				delete(hs.m, hk)
+			case dropped != nil && ops.Grant(dropped.h, 1, g.Sent).Token == g.Token:
+				h.h, h.count = dropped.h, dropped.count+1
+				g = ops.Grant(h.h, h.count, g.Sent)
+			default:
+				h.h, h.count = g.Handle.(H), 1
+			}
+			close(h.pending)
+			h.pending = nil
+			hs.mu.Unlock()
+			return g, err
+		}
+		if p := h.pending; p != nil {
+			// The same owner is acquiring the same name already: wait for
+			// that attempt, then re-enter or start afresh.
+			hs.mu.Unlock()
+			if !wait {
+				return driver.Grant{}, &driver.LockedError{}
+			}
+			select {
+			case <-p:
+				continue
+			case <-ctx.Done():
+				return driver.Grant{}, fmt.Errorf("%s: %w", what, ctx.Err())
+			}
+		}
+		hd := h.h
+		hs.mu.Unlock()
+		// Re-entrance: make sure the grant is still ours before counting.
+		ok, sent, err := ops.Check(hd)
+		if err != nil {
+			return driver.Grant{}, err
+		}
+		hs.mu.Lock()
+		if hs.m[hk] != h || h.pending != nil || h.h != hd {
+			hs.mu.Unlock()
+			continue // released or replaced meanwhile
+		}
+		if !ok {
+			delete(hs.m, hk) // lost: the old lease will see ErrNotHeld
+			dropped = h
+			hs.mu.Unlock()
+			continue
+		}
+		h.count++
+		n := h.count
+		hs.mu.Unlock()
+		if ops.Reenter != nil {
+			if err := ops.Reenter(hd); err != nil {
+				hs.mu.Lock()
+				h.count--
+				hs.mu.Unlock()
+				return driver.Grant{}, err
+			}
+		}
+		return ops.Grant(hd, n, sent), nil
+	}
+}
+
+// Release counts down the hold of (name, owner) through hd. When that hold
+// counts more than one, it confirms with check that the grant is still in
+// place, then counts it down and returns the count left with nested true; if
+// check finds the grant gone, the hold is forgotten and gone() returned as
+// the error. Otherwise it forgets the hold (when it is hd's) and returns
+// nested false: the caller then deletes the backend's record of the grant.
+//
+// A nested release whose check fails (err from check) changes nothing, so
+// the caller may call Release again for the same hold: a hold is never
+// counted down twice for one release that failed and was retried.
+func (hs *Holds[H]) Release(name, owner string, hd H, check Check[H], gone func() error) (n int, nested bool, err error) {
+	hk := holdKey{name, owner}
+	for {
+		hs.mu.Lock()
+		h := hs.m[hk]
+		if h != nil && h.pending == nil && h.h == hd && h.count > 1 {
+			hs.mu.Unlock()
+			ok, _, err := check(hd)
+			if err != nil {
+				return 0, true, err
+			}
+			if !ok {
+				hs.forget(hk, hd)
+				return 0, true, gone()
+			}
+			hs.mu.Lock()
+			if hs.m[hk] != h || h.pending != nil || h.h != hd || h.count <= 1 {
+				hs.mu.Unlock()
+				continue // released or replaced meanwhile: look again
+			}
+			h.count--
+			n := h.count
+			hs.mu.Unlock()
+			return n, true, nil
+		}
+		if h != nil && h.pending == nil && h.h == hd {
+			delete(hs.m, hk)
+		}
+		hs.mu.Unlock()
+		return 0, false, nil
+	}
+}
+
+func (hs *Holds[H]) forget(hk holdKey, hd H) {
+	hs.mu.Lock()
+	if h := hs.m[hk]; h != nil && h.h == hd {
+		delete(hs.m, hk)
+	}
+	hs.mu.Unlock()
+}
+
+// Count returns the hold count of (name, owner) when the driver holds it
+// through a handle for which match is true, else 1.
+func (hs *Holds[H]) Count(name, owner string, match func(H) bool) int {
+	var zero H
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if h := hs.m[holdKey{name, owner}]; h != nil && h.h != zero && match(h.h) {
+		return h.count
+	}
+	return 1
+}
+
+// Busy reports whether an acquire is in flight or a hold's handle satisfies
+// match.
+func (hs *Holds[H]) Busy(match func(H) bool) bool {
+	var zero H
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, h := range hs.m {
+		if h.pending != nil || (h.h != zero && match(h.h)) {
+			return true
+		}
+	}
+	return false
+}
+
+// Session is the liveness record of one backend session (an etcd lease, a
+// ZooKeeper session): when the server last confirmed it, and whether and why
+// it ended. Its end is a context cancelled with the cause, so Done and Cause
+// are what a driver.Grant's Lost and Cause need. It is safe for concurrent
+// use. Create it with NewSession.
+type Session struct {
+	ctx context.Context // cancelled with the cause when the session ends
+	end context.CancelCauseFunc
+
+	refreshed Stamp // send time of the last request the server confirmed
+}
+
+// NewSession returns a live session confirmed by a request sent at sent.
+func NewSession(sent time.Time) *Session {
+	ctx, end := context.WithCancelCause(context.Background())
+	s := &Session{ctx: ctx, end: end}
+	s.refreshed.Record(sent)
+	return s
+}
+
+// Refresh records that a request sent at sent was confirmed: the session
+// lasts at least its TTL from then.
+func (s *Session) Refresh(sent time.Time) { s.refreshed.Record(sent) }
+
+// RefreshedAt is the send time of the last confirmed request.
+func (s *Session) RefreshedAt() time.Time { return s.refreshed.Time() }
+
+// End ends the session with cause, which must not be nil. Only the first
+// call has an effect.
+func (s *Session) End(cause error) { s.end(cause) }
+
+// Done is closed when the session has ended.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Lost reports whether the session has ended.
+func (s *Session) Lost() bool { return s.ctx.Err() != nil }
+
+// Cause is why the session ended; nil while it lives.
+func (s *Session) Cause() error {
+	if !s.Lost() {
+		return nil
+	}
+	return context.Cause(s.ctx)
+}
+
+// Group runs a driver's background goroutines. Stop cancels its context and
+// waits for them. It is safe for concurrent use. Create it with NewGroup.
+type Group struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex // guards stopped and wg.Add
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+// NewGroup returns a running group.
+func NewGroup() *Group {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Group{ctx: ctx, cancel: cancel}
+}
+
+// Context is done once Stop was called.
+func (g *Group) Context() context.Context { return g.ctx }
+
+// Go runs f on a goroutine that Stop waits for, unless the group has stopped
+// (then it returns false).
+func (g *Group) Go(f func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return false
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// Stop cancels the group's context and waits for its goroutines.
+func (g *Group) Stop() {
+	g.mu.Lock()
+	g.stopped = true
+	g.cancel()
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// Stamp holds the latest of the times recorded in it, such as the send time
+// of the last request that confirmed a session or a grant. The zero value
+// holds the zero time; a Stamp is safe for concurrent use.
+type Stamp struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// Record records t unless a later time is recorded already.
+func (s *Stamp) Record(t time.Time) {
+	s.mu.Lock()
+	if t.After(s.t) {
+		s.t = t
+	}
+	s.mu.Unlock()
+}
+
+// Time returns the latest time recorded.
+func (s *Stamp) Time() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.t
+}

@@ -1,0 +1,187 @@
+package memlock
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Backend is the in-memory "server". It is safe for concurrent use.
+type Backend struct {
+	mu    sync.Mutex
+	locks map[string]*entry
+	skew  time.Duration
+	subs  map[string]map[*sub]struct{}
+	calls map[string]int // count of calls by operation, for tests
+}
+
+type entry struct {
+	owner      string
+	count      int
+	fence      uint64
+	expires    time.Time // server time; zero when free
+	delayUntil time.Time // lock-delay deadline after an expiry
+	delay      time.Duration
+}
+
+// NewBackend returns an empty backend.
+func NewBackend() *Backend {
+	return &Backend{locks: map[string]*entry{}, subs: map[string]map[*sub]struct{}{}, calls: map[string]int{}}
+}
+
+func (b *Backend) now() time.Time { return time.Now().Add(b.skew) }
+
+// SkewClock moves the backend's clock by d (forward if positive), as a clock
+// jump on a server would.
+func (b *Backend) SkewClock(d time.Duration) {
+	b.mu.Lock()
+	b.skew += d
+	b.mu.Unlock()
+}
+
+// Calls returns how many times op ("acquire", "release", "renew") reached
+// the backend.
+func (b *Backend) Calls(op string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.calls[op]
+}
+
+// Drop forgets the current grant on name with no lock-delay, as a server
+// that lost it would. The fencing counter survives.
+func (b *Backend) Drop(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.locks[name]
+	if e == nil || e.count == 0 {
+		return false
+	}
+	e.count, e.owner, e.expires, e.delayUntil = 0, "", time.Time{}, time.Time{}
+	b.notifyLocked(name)
+	return true
+}
+
+// Holder returns the current owner and token of name ("" if free).
+func (b *Backend) Holder(name string) (owner string, token uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.locks[name]
+	if e == nil || !b.heldLocked(e, b.now()) {
+		return "", 0
+	}
+	return e.owner, e.fence
+}
+
+func (b *Backend) heldLocked(e *entry, now time.Time) bool {
+	if e.count == 0 {
+		return false
+	}
+	if now.Before(e.expires) {
+		return true
+	}
+	// Expired: turn it into a lock-delay window once.
+	e.count, e.owner = 0, ""
+	e.delayUntil = e.expires.Add(e.delay)
+	e.expires = time.Time{}
+	return false
+}
+
+func (b *Backend) notifyLocked(name string) {
+	for s := range b.subs[name] {
+		select {
+		case s.c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// acquire grants req if name is free, or re-enters it for the same owner.
+func (b *Backend) acquire(req driver.AcquireRequest) (driver.Grant, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls["acquire"]++
+	now := b.now()
+	e := b.locks[req.Name]
+	if e == nil {
+		e = &entry{}
+		b.locks[req.Name] = e
+	}
+	if b.heldLocked(e, now) {
+		if e.owner != req.Owner {
+			return driver.Grant{}, &driver.LockedError{RetryAfter: e.expires.Sub(now) + e.delay, Token: e.fence}
+		}
+		e.count++
+		e.expires = now.Add(req.TTL)
+		e.delay = req.LockDelay
+		return driver.Grant{Token: e.fence, Count: e.count}, nil
+	}
+	if now.Before(e.delayUntil) {
+		return driver.Grant{}, &driver.LockedError{RetryAfter: e.delayUntil.Sub(now), Token: e.fence}
+	}
+	e.fence++
+	e.owner, e.count = req.Owner, 1
+	e.expires = now.Add(req.TTL)
+	e.delay = req.LockDelay
+	e.delayUntil = time.Time{}
+	return driver.Grant{Token: e.fence, Count: 1}, nil
+}
+
+// release gives up one hold of l; it returns the holds left.
+func (b *Backend) release(l driver.Lease) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls["release"]++
+	e := b.locks[l.Name]
+	if e == nil || !b.heldLocked(e, b.now()) || e.owner != l.Owner || (l.Token != 0 && e.fence != l.Token) {
+		return 0, fmt.Errorf("memlock: release %q: %w", l.Name, driver.ErrNotHeld)
+	}
+	e.count--
+	if e.count > 0 {
+		return e.count, nil
+	}
+	e.owner, e.expires, e.delayUntil = "", time.Time{}, time.Time{}
+	b.notifyLocked(l.Name)
+	return 0, nil
+}
+
+// renew extends every lease of ls that its owner still holds.
+func (b *Backend) renew(ls []driver.Lease) []error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls["renew"]++
+	now := b.now()
+	errs := make([]error, len(ls))
+	for i, l := range ls {
+		e := b.locks[l.Name]
+		if e == nil || !b.heldLocked(e, now) || e.owner != l.Owner || e.fence != l.Token {
+			errs[i] = fmt.Errorf("memlock: renew %q: %w", l.Name, driver.ErrNotHeld)
+			continue
+		}
+		e.expires = now.Add(l.TTL)
+	}
+	return errs
+}
+
+// inspect lists the locks whose names start with prefix.
+func (b *Backend) inspect(prefix string) []driver.LockInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	var out []driver.LockInfo
+	for name, e := range b.locks {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		info := driver.LockInfo{Name: name, Token: e.fence, Waiters: len(b.subs[name])}
+		if b.heldLocked(e, now) {
+			info.Owner, info.Count, info.ExpiresIn = e.owner, e.count, e.expires.Sub(now)
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}

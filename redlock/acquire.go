@@ -1,0 +1,238 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
+	"github.com/dlock/dlock/internal/redisscript"
+)
+
+// TryAcquire runs Redlock's acquire (see the package doc). Grant.TTL is
+// zero: the lease lasts the requested TTL from when the requests were sent.
+// The driver returns a quorum's grant (fencing write-back included) however
+// long that took; judging it is the dlock package's job, which keeps the
+// validity deadline (TTL minus its Options.Drift, from the send) and
+// releases a grant that arrives after it.
+//
+// A key that dlock did not write, of any type, at the lock's key on a node
+// (or at its fencing counter while the lock is free there) is a lock held
+// there by an unknown owner: it is never overwritten, and counts as a
+// refusal whose node frees at that key's PTTL, or never (until somebody
+// deletes it) when it has no expiry.
+//
+// After Close has begun it fails with an error wrapping dlock.ErrClosed; a
+// grant that completes while Close runs is not returned but released on
+// every node by Close.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if !d.gate.Enter() {
+		return driver.Grant{}, errClosed
+	}
+	defer d.gate.Exit()
+	start := time.Now()
+	timeout := d.timeoutFor(req.TTL)
+	k := redisscript.KeysFor(d.prefix, req.Name)
+	results := fanout(d, ctx, timeout, func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
+		return redisscript.Acquire(ctx, n.client, k, req.Owner, req.TTL, req.LockDelay)
+	})
+	n := len(d.nodes)
+	var (
+		got                []result[redisscript.AcquireResult]
+		granted, refused   int
+		failed             int
+		firstErr           error
+		maxFence, maxCount uint64
+	)
+	for len(got) < n {
+		r := <-results
+		got = append(got, r)
+		switch {
+		case r.err != nil:
+			failed++
+			if firstErr == nil {
+				firstErr = fmt.Errorf("node %d: %w", r.i, r.err)
+			}
+		case r.v.Granted:
+			granted++
+			maxFence = max(maxFence, r.v.Fence)
+			maxCount = max(maxCount, uint64(r.v.Count))
+		default:
+			refused++
+			maxFence = max(maxFence, r.v.Fence)
+		}
+		if granted >= d.quorum || refused+failed > n-d.quorum {
+			break
+		}
+	}
+	if granted >= d.quorum {
+		err := d.fence(ctx, timeout, k, req.Owner, maxFence, got)
+		if err == nil {
+			d.grants.Granted(k, req.Owner, req.TTL, start)
+			if d.gate.Stopped() {
+				return driver.Grant{}, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
+			}
+			return driver.Grant{Token: maxFence, Count: int(maxCount), Handle: &handle{keys: k, settled: d.settle(results, n-len(got))}}, nil
+		}
+		_ = d.undo(ctx, req, k, got, results, timeout, true)
+		return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", err)
+	}
+	all := d.undo(ctx, req, k, got, results, timeout, false)
+	answered := 0
+	for _, r := range all {
+		if r.err == nil {
+			answered++
+		}
+	}
+	if answered < d.quorum || refused == 0 {
+		return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", fmt.Errorf("only %d of %d nodes answered, a quorum is %d: %w", answered, n, d.quorum, firstErr))
+	}
+	return driver.Grant{}, &driver.LockedError{RetryAfter: d.retryAfter(req, all, time.Since(start)), Token: maxFence}
+}
+
+// retryAfter estimates when a quorum of nodes could be free: the nodes we
+// got are free at once (we released them), refusing nodes when their key
+// expires. When the refusals do not come from one owner holding a quorum,
+// it was a split vote among contenders who have all released by now (an
+// undo publishes nothing, so nobody is woken by it): retry after a random
+// delay of one to four times what this attempt took, so that the
+// contenders do not collide again.
+func (d *Driver) retryAfter(req driver.AcquireRequest, got []result[redisscript.AcquireResult], took time.Duration) time.Duration {
+	var free []time.Duration
+	holders := map[string]int{}
+	for _, r := range got {
+		switch {
+		case r.err != nil:
+		case r.v.Granted:
+			free = append(free, 0)
+		default:
+			if r.v.NoExpiry {
+				free = append(free, never)
+			} else {
+				free = append(free, r.v.PTTL)
+			}
+			h := r.v.Holder
+			if r.v.Foreign {
+				h = foreignHolder
+			}
+			holders[h]++
+		}
+	}
+	split := true
+	for h, c := range holders {
+		if c >= d.quorum-(len(d.nodes)-len(got)) && h != req.Owner {
+			split = false
+		}
+	}
+	if split {
+		took = max(took, 100*time.Microsecond)
+		return took + rand.N(3*took)
+	}
+	if len(free) < d.quorum {
+		return 0
+	}
+	sort.Slice(free, func(i, j int) bool { return free[i] < free[j] })
+	if free[d.quorum-1] == never {
+		return 0 // held by keys without expiry: unknown
+	}
+	return free[d.quorum-1]
+}
+
+// never stands for the free time of a node held by a key without expiry.
+const never = time.Duration(math.MaxInt64)
+
+// foreignHolder stands for an unknown owner (a key dlock did not write) in
+// maps keyed by owner; owners are printable ASCII, so it is no owner.
+const foreignHolder = "\x00foreign"
+
+// fence makes sure a quorum of nodes has a fencing counter of at least
+// token before the grant is returned. Granting nodes whose counter is the
+// token already count; when they are not a quorum, the token is written
+// back to the other nodes that answered and fence waits until enough have
+// it. Nodes still busy with the acquire are left alone: a write-back that
+// overtook its acquire there would make that node's grant count from the
+// token. Lagging nodes get the token in the background either way.
+func (d *Driver) fence(ctx context.Context, timeout time.Duration, k redisscript.Keys, owner string, token uint64, got []result[redisscript.AcquireResult]) error {
+	have := 0
+	var lagging []int
+	for _, r := range got {
+		switch {
+		case r.err != nil:
+		case r.v.Granted && r.v.Fence == token:
+			have++
+		default:
+			lagging = append(lagging, r.i)
+		}
+	}
+	if len(lagging) == 0 {
+		return nil
+	}
+	if have >= d.quorum {
+		_ = fanoutTo(d, context.WithoutCancel(ctx), timeout, lagging, func(ctx context.Context, n *node) (struct{}, error) {
+			return struct{}{}, redisscript.WriteFence(ctx, n.client, k, owner, token)
+		})
+		return nil
+	}
+	return d.writeFence(ctx, timeout, k, owner, token, lagging, d.quorum-have)
+}
+
+// writeFence raises the fencing counter to token on the nodes listed and
+// returns once need of them have it.
+func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, k redisscript.Keys, owner string, token uint64, nodes []int, need int) error {
+	results := fanoutTo(d, ctx, timeout, nodes, func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, redisscript.WriteFence(ctx, n.client, k, owner, token)
+	})
+	ok, failed := 0, 0
+	var firstErr error
+	for ok < need && failed <= len(nodes)-need {
+		r := <-results
+		if r.err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = fmt.Errorf("node %d: %w", r.i, r.err)
+			}
+			continue
+		}
+		ok++
+	}
+	if ok < need {
+		return fmt.Errorf("fencing token reached %d of %d nodes, a quorum is %d: %w", d.quorum-need+ok, len(d.nodes), d.quorum, firstErr)
+	}
+	return nil
+}
+
+// undo releases a failed acquire on every node that granted it or may have:
+// it first waits for the nodes still answering (bounded by the node
+// timeout), so that no release overtakes its own acquire. It returns every
+// node's result. The releases publish nothing unless publish is set (the
+// attempt reached a quorum, so others may have seen it as a holder): a
+// failed attempt's partial grants are nobody's release to wait for.
+func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, publish bool) []result[redisscript.AcquireResult] {
+	for len(got) < len(d.nodes) {
+		got = append(got, <-rest)
+	}
+	var which []int
+	for _, r := range got {
+		if r.err != nil || r.v.Granted {
+			which = append(which, r.i)
+		}
+	}
+	if len(which) == 0 {
+		return got
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if !publish {
+		k.Channel = ""
+	}
+	redisscript.OnEach(which, func(i int) error {
+		_, _, err := redisscript.Release(rctx, d.nodes[i].client, k, req.Owner, 0)
+		return err
+	})
+	return got
+}

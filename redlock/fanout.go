@@ -1,0 +1,72 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/dlock/dlock/internal/redisscript"
+)
+
+// result is one node's answer to a fanned-out call.
+type result[T any] struct {
+	i   int
+	v   T
+	err error
+}
+
+// fanout runs fn on every node in parallel, each bounded by timeout, and
+// returns a channel that receives the N results in the order they arrive.
+// The calls are tracked, so Close waits for calls their caller stopped
+// waiting for. It must be called only inside a call the gate admitted.
+func fanout[T any](d *Driver, ctx context.Context, timeout time.Duration, fn func(ctx context.Context, n *node) (T, error)) <-chan result[T] {
+	return fanoutTo(d, ctx, timeout, nil, fn)
+}
+
+// fanoutTo is fanout to the nodes listed (all nodes if which is nil).
+func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error)) <-chan result[T] {
+	if which == nil {
+		which = make([]int, len(d.nodes))
+		for i := range which {
+			which[i] = i
+		}
+	}
+	out := make(chan result[T], len(which))
+	d.gate.Add(len(which))
+	for _, i := range which {
+		n := d.nodes[i]
+		go func() {
+			defer d.gate.Done()
+			nctx, cancel := context.WithTimeout(ctx, timeout)
+			v, err := fn(nctx, n)
+			// A late answer still counts: validity is measured by the
+			// dlock package, from the send.
+			if err != nil && nctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("no answer within the %v node timeout: %w", timeout, err)
+			}
+			cancel()
+			out <- result[T]{i: i, v: v, err: err}
+		}()
+	}
+	return out
+}
+
+// settle returns a channel closed once the pending results of an acquire
+// that returned early (on a quorum) have arrived. It must be called inside
+// an admitted call; Close waits for it.
+func (d *Driver) settle(results <-chan result[redisscript.AcquireResult], pending int) <-chan struct{} {
+	done := make(chan struct{})
+	if pending == 0 {
+		close(done)
+		return done
+	}
+	d.gate.Add(1)
+	go func() {
+		defer d.gate.Done()
+		for range pending {
+			<-results
+		}
+		close(done)
+	}()
+	return done
+}

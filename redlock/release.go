@@ -1,0 +1,69 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
+	"github.com/dlock/dlock/internal/redisscript"
+)
+
+// Release releases one hold on every node. It returns the largest hold
+// count left on any node, or ErrNotHeld when more than N − quorum nodes
+// answered that they did not hold the lock for l.Owner (the lease was gone
+// on a majority, so another owner may hold it: a late Unlock never reports
+// success). After Close has begun it fails with an error
+// wrapping dlock.ErrClosed (Close has released, or is releasing, every
+// grant of the driver).
+func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
+	if !d.gate.Enter() {
+		return 0, errClosed
+	}
+	defer d.gate.Exit()
+	k := d.keys(l.Name, l.Handle)
+	if h, ok := l.Handle.(*handle); ok && h != nil && h.settled != nil {
+		select {
+		case <-h.settled:
+		case <-ctx.Done():
+		}
+	}
+	type rel struct {
+		remaining int
+		held      bool
+	}
+	results := fanout(d, ctx, d.timeoutFor(l.TTL), func(ctx context.Context, n *node) (rel, error) {
+		r, held, err := redisscript.Release(ctx, n.client, k, l.Owner, 0)
+		return rel{r, held}, err
+	})
+	remaining, held, notHeld := 0, 0, 0
+	var firstErr error
+	for range d.nodes {
+		r := <-results
+		switch {
+		case r.err != nil:
+			if firstErr == nil {
+				firstErr = fmt.Errorf("node %d: %w", r.i, r.err)
+			}
+		case r.v.held:
+			held++
+			remaining = max(remaining, r.v.remaining)
+		default:
+			notHeld++
+		}
+	}
+	switch {
+	case notHeld > len(d.nodes)-d.quorum:
+		// Too few nodes held it for the lease to be alive: it had expired
+		// (or been lost) on a majority, and another owner may have been
+		// granted it since. Whatever holds were left are released, but the
+		// caller must learn that its lease was gone, never a success.
+		d.grants.Released(k.Lock, l.Owner, held > 0)
+		return 0, driver.ErrNotHeld
+	case held > 0:
+		d.grants.Released(k.Lock, l.Owner, true)
+		return remaining, nil
+	default:
+		return 0, ctxerr.Wrap(ctx, "redlock: release", fmt.Errorf("released on no node, %d of %d did not answer: %w", len(d.nodes)-notHeld, len(d.nodes), firstErr))
+	}
+}

@@ -1,0 +1,47 @@
+package sqlitelock
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Inspect lists the locks whose names start with prefix, sorted by name. A
+// lock whose lease has expired (even if still inside its lock-delay) is
+// reported free: no owner, count 0, ExpiresIn 0. Waiters is always -1:
+// SQLite does not know who polls.
+func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+	if d.closed.Load() {
+		return nil, errClosed
+	}
+	var out []driver.LockInfo
+	err := d.retryBusy(ctx, func() error {
+		out = out[:0]
+		rows, err := d.inspect.QueryContext(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var li driver.LockInfo
+			var fence, left int64
+			if err := rows.Scan(&li.Name, &li.Owner, &fence, &li.Count, &left); err != nil {
+				return err
+			}
+			li.Token = uint64(fence)
+			li.Waiters = -1
+			if li.Count > 0 && left > 0 {
+				li.ExpiresIn = time.Duration(left) * time.Millisecond
+			} else {
+				li.Owner, li.Count = "", 0
+			}
+			out = append(out, li)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, d.wrap(ctx, "inspect", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,90 @@
+package sqlitelock
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// TryAcquire makes one attempt to take or re-enter req.Name in a single
+// statement. When another owner holds the lock (or it is within its
+// lock-delay) it returns a *driver.LockedError whose RetryAfter is the time
+// until the lease plus lock-delay ends by SQLite's clock.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if d.closed.Load() {
+		return driver.Grant{}, errClosed
+	}
+	ttl, delay := ms(req.TTL), ms(req.LockDelay)
+	if ttl < 1 {
+		ttl = 1
+	}
+	var fence int64
+	var count int
+	err := d.retryBusy(ctx, func() error {
+		return d.acquire.QueryRowContext(ctx, req.Name, req.Owner, ttl, delay).Scan(&fence, &count)
+	})
+	if err == nil {
+		return driver.Grant{Token: uint64(fence), Count: count, TTL: time.Duration(ttl) * time.Millisecond}, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return driver.Grant{}, d.wrap(ctx, "acquire", err)
+	}
+	// Held by someone else. Read the holder's token and remaining time for
+	// the retry hint; this is a second statement, so the row may have
+	// changed since: the hint is then merely stale, never unsafe.
+	var left int64
+	err = d.retryBusy(ctx, func() error {
+		return d.info.QueryRowContext(ctx, req.Name).Scan(&fence, &count, &left)
+	})
+	le := &driver.LockedError{}
+	if err == nil {
+		le.Token = uint64(fence)
+		if count > 0 || left > 0 {
+			le.RetryAfter = time.Duration(max(left, 0)) * time.Millisecond
+		}
+	}
+	return driver.Grant{}, le
+}
+
+// Release gives up one hold of l.Name by l.Owner under l.Token. When the
+// count reaches zero the lock is free at once (no lock-delay). When the row
+// no longer carries this owner and token, or the lease has expired by
+// SQLite's clock, it changes nothing and returns an error wrapping
+// driver.ErrNotHeld: an expired lease ended without a release, so its
+// lock-delay runs in full, and the caller learns that its lease lapsed. A
+// zero l.Token (the dlock package cleaning up after a TryAcquire whose
+// outcome is unknown) matches whatever l.Owner holds.
+func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
+	if d.closed.Load() {
+		return 0, errClosed
+	}
+	var count int
+	err := d.retryBusy(ctx, func() error {
+		res, err := d.releaseLast.ExecContext(ctx, l.Name, l.Owner, int64(l.Token))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			count = 0
+			return nil
+		}
+		// Re-entered (count > 1), or not held: one more statement says
+		// which, atomically on its own.
+		return d.release.QueryRowContext(ctx, l.Name, l.Owner, int64(l.Token)).Scan(&count)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("sqlitelock: release %q: %w", l.Name, driver.ErrNotHeld)
+	}
+	if err != nil {
+		return 0, d.wrap(ctx, "release", err)
+	}
+	return count, nil
+}

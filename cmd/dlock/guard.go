@@ -39,6 +39,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // guardArg, as dlock's first argument, selects the guard mode. It is not a
@@ -176,8 +178,18 @@ func guardMain(args []string, stderr io.Writer) int {
 		case r := <-reapC:
 			if r.pid == pid {
 				status = waitStatusCode(r.ws)
-				if !killing {
+				if !killing && !hungUp(guardLifeFD) {
 					return status
+				}
+				// dlock closes the life pipe before it kills CMD's group, so
+				// a CMD killed by dlock may be reaped here before the reader
+				// above has seen end of file: that is a kill all the same,
+				// and CMD's escaped descendants must die too.
+				if !killing {
+					killing = true
+					dead = nil
+					ticker = time.NewTicker(guardSweepEvery)
+					tick = ticker.C
 				}
 			}
 			if killing {
@@ -220,6 +232,19 @@ func waitStatusCode(ws syscall.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return ws.ExitStatus()
+}
+
+// hungUp reports whether the pipe read end fd has no writer left, without
+// waiting.
+func hungUp(fd int) bool {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(p, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n == 1 && p[0].Revents&unix.POLLHUP != 0
+	}
 }
 
 // isPipe reports whether fd is an open pipe.

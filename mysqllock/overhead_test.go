@@ -95,3 +95,44 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNativePeer compares TryLock+Unlock (per mode) with what a user
+// would write by hand instead of dlock: a blocking GET_LOCK and RELEASE_LOCK
+// on one connection, interleaved in the same run; the metric x-native is
+// dlock's median over the hand-written one's.
+func BenchmarkNativePeer(b *testing.B) {
+	for _, mode := range []Mode{ModeLease, ModeGetLock} {
+		b.Run(string(mode), func(b *testing.B) {
+			ctx := context.Background()
+			hn, err := newHarnessFor(mode)(ctx, b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := hn.(*harness)
+			defer h.Close()
+			d, err := h.NewDriver(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
+			defer c.Close()
+			conn, err := d.(*Driver).db.Conn(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			name := randomName("native")
+			// Literal text, one round trip each (placeholders would cost a
+			// prepare and a close per call without interpolateParams).
+			k := hexLit(LockName(name + "-native"))
+			native := func() error {
+				var ok int
+				if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+k+", 10)").Scan(&ok); err != nil {
+					return err
+				}
+				return conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+k+")").Scan(&ok)
+			}
+			sqltest.Ratio(b, c.NewMutex(name, nil), native, "x-native")
+		})
+	}
+}

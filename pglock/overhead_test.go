@@ -94,3 +94,42 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNativePeer compares TryLock+Unlock (per mode) with what a user
+// would write by hand instead of dlock: a blocking pg_advisory_lock and
+// pg_advisory_unlock on one connection, interleaved in the same run; the
+// metric x-native is dlock's median over the hand-written one's.
+func BenchmarkNativePeer(b *testing.B) {
+	for _, mode := range []Mode{ModeLease, ModeAdvisory} {
+		b.Run(string(mode), func(b *testing.B) {
+			ctx := context.Background()
+			hn, err := newHarnessFor(mode)(ctx, b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := hn.(*harness)
+			defer h.Close()
+			d, err := h.NewDriver(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
+			defer c.Close()
+			conn, err := d.(*Driver).pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Release()
+			name := randomName("native")
+			k := AdvisoryKey(name + "-native")
+			native := func() error {
+				if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+					return err
+				}
+				_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", k)
+				return err
+			}
+			sqltest.Ratio(b, c.NewMutex(name, nil), native, "x-native")
+		})
+	}
+}

@@ -1,0 +1,154 @@
+package sqltest
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+)
+
+// WakeFair measures, on drivers made by open (each like a separate
+// process), what a waiter sees, and reports it as metrics (never asserts on
+// timing):
+//
+//   - wake-p50-µs, wake-p99-µs: release → grant of one blocked waiter. A
+//     holder on one driver holds for 20ms (a worker's hold, not a wait for
+//     a condition: the waiter parks meanwhile), the waiter on another driver
+//     is blocked in Lock; the release time is the midpoint of the Unlock.
+//   - retake-share: 8 goroutines on 4 drivers loop Lock, 1ms hold, Unlock
+//     for about 1.5s; the share of grants that went to the worker that had
+//     held the lock just before.
+//   - max-wait-ms, grants9: 9 contenders (3 drivers × 3 goroutines) each
+//     holding ≈100ms for about 4s: the longest single Lock wait, and the
+//     grants made.
+//
+// b.N scales the wake-up samples only (at least 20).
+func WakeFair(b *testing.B, open Open) {
+	ctx := context.Background()
+	newClient := func() *dlock.Client {
+		d, err := open(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
+		b.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	hold := func(d time.Duration) {
+		t := time.NewTimer(d)
+		<-t.C
+	}
+
+	// Wake-up.
+	a, w := newClient(), newClient()
+	name := RandomName("wake")
+	var wakes []time.Duration
+	for i := 0; i < max(b.N, 20); i++ {
+		la, err := a.NewMutex(name, nil).TryLock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			l, err := w.NewMutex(name, nil).Lock(wctx)
+			if err != nil {
+				b.Error(err)
+				close(got)
+				return
+			}
+			got <- time.Now()
+			_ = l.Unlock(ctx)
+		}()
+		hold(20 * time.Millisecond)
+		t0 := time.Now()
+		if err := la.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		rel := t0.Add(time.Since(t0) / 2)
+		at, ok := <-got
+		if !ok {
+			b.FailNow()
+		}
+		wakes = append(wakes, max(at.Sub(rel), 0))
+	}
+	sort.Slice(wakes, func(i, j int) bool { return wakes[i] < wakes[j] })
+	b.ReportMetric(float64(wakes[len(wakes)/2].Microseconds()), "wake-p50-µs")
+	b.ReportMetric(float64(wakes[len(wakes)*99/100].Microseconds()), "wake-p99-µs")
+
+	// Re-take share under 8 contenders.
+	seq, _ := contend(b, []*dlock.Client{newClient(), newClient(), newClient(), newClient()}, 8, time.Millisecond, 1500*time.Millisecond)
+	retakes := 0
+	for i := 1; i < len(seq); i++ {
+		if seq[i] == seq[i-1] {
+			retakes++
+		}
+	}
+	if len(seq) > 1 {
+		b.ReportMetric(float64(retakes)/float64(len(seq)-1), "retake-share")
+	}
+
+	// Longest wait with 9 contenders holding ≈100ms.
+	seq, maxWait := contend(b, []*dlock.Client{newClient(), newClient(), newClient()}, 9, 100*time.Millisecond, 4*time.Second)
+	b.ReportMetric(float64(maxWait.Milliseconds()), "max-wait-ms")
+	b.ReportMetric(float64(len(seq)), "grants9")
+}
+
+// contend runs workers goroutines (worker i on clients[i%len(clients)]) that
+// loop Lock, hold, Unlock on one name for about d, and returns the worker of
+// each grant in grant order and the longest single Lock wait (a Lock still
+// waiting at the end counts with its wait so far).
+func contend(b *testing.B, clients []*dlock.Client, workers int, holdFor, d time.Duration) ([]int, time.Duration) {
+	ctx := context.Background()
+	name := RandomName("contend")
+	stopAt := time.Now().Add(d)
+	wctx, cancel := context.WithTimeout(ctx, d+20*time.Second)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		seq     []int
+		maxWait time.Duration
+		wg      sync.WaitGroup
+	)
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			m := clients[i%len(clients)].NewMutex(name, nil)
+			for time.Now().Before(stopAt) {
+				t0 := time.Now()
+				lctx, lcancel := context.WithDeadline(wctx, stopAt.Add(10*time.Second))
+				l, err := m.Lock(lctx)
+				lcancel()
+				waited := time.Since(t0)
+				mu.Lock()
+				maxWait = max(maxWait, waited)
+				if err == nil {
+					seq = append(seq, i)
+				}
+				mu.Unlock()
+				if err != nil {
+					// A Lock that ran out of its 10s past the end counts
+					// as that long a wait; only other errors fail.
+					if wctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+						b.Error(err)
+					}
+					return
+				}
+				t := time.NewTimer(holdFor)
+				<-t.C
+				if err := l.Unlock(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	return seq, maxWait
+}

@@ -1,0 +1,22 @@
+package sqlitelock
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
+)
+
+// BenchmarkWakeFair reports wake-up latency, the re-take share under 8
+// contenders and the longest wait with 9 (see sqltest.WakeFair), each driver
+// opening the file anew as another process would. Run with -benchtime=50x
+// or so: each run takes some 6s whatever b.N.
+func BenchmarkWakeFair(b *testing.B) {
+	hn, err := newHarness(context.Background(), b)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := hn.(*harness)
+	defer h.Close()
+	sqltest.WakeFair(b, h.NewDriver)
+}

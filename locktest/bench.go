@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,8 +23,12 @@ import (
 //   - HotLock/contenders=N: N goroutines over several clients on one lock;
 //     metrics ops/s, handoff-p50-µs, handoff-p99-µs and handoff-p50/rtt
 //     (hand-off latency from the release to the next holder's grant, over one
-//     raw round trip). The release time is the midpoint of the Unlock round
+//     raw round trip), and retake-% (how often the previous holder took the
+//     lock again). The release time is the midpoint of the Unlock round
 //     trip, the best estimate of when the server freed the lock.
+//
+// The measuring itself is done by Interleave and HotLock (measure.go), which
+// "dlock bench" and the peer comparison in bench/peers use too.
 //   - ManyLocks: independent locks in parallel.
 //   - Renew/leases=N: N held leases (Config.RenewLeases, default 10,000) on
 //     one client renewing;
@@ -87,46 +90,37 @@ func (s *suite) benchAcquireRelease(b *testing.B) {
 		floor = op
 	}
 	floorKey := name + "-floor"
-	// Warm both paths (scripts loaded, statements prepared, tables created).
-	for i := 0; i < 5; i++ {
+	lockOp := func(ctx context.Context) error {
 		l, err := m.TryLock(ctx)
 		if err != nil {
-			b.Fatalf("TryLock: %v", err)
-		}
-		_ = l.Unlock(ctx)
-		if floor != nil {
-			if err := floor(ctx, floorKey); err != nil {
-				b.Fatalf("floor: %v", err)
-			}
-		}
-	}
-	var lockDur, floorDur []time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if floor != nil {
-			t0 := time.Now()
-			if err := floor(ctx, floorKey); err != nil {
-				b.Fatalf("floor: %v", err)
-			}
-			floorDur = append(floorDur, time.Since(t0))
-		}
-		t0 := time.Now()
-		l, err := m.TryLock(ctx)
-		if err != nil {
-			b.Fatalf("TryLock: %v", err)
+			return fmt.Errorf("TryLock: %w", err)
 		}
 		if err := l.Unlock(ctx); err != nil {
-			b.Fatalf("Unlock: %v", err)
+			return fmt.Errorf("Unlock: %w", err)
 		}
-		lockDur = append(lockDur, time.Since(t0))
+		return nil
 	}
-	b.StopTimer()
-	b.ReportMetric(float64(median(lockDur).Nanoseconds()), "p50-ns/op")
+	ops := []func(context.Context) error{lockOp}
 	if floor != nil {
-		fm := median(floorDur)
+		ops = append(ops, func(ctx context.Context) error { return floor(ctx, floorKey) })
+	}
+	// Warm both paths (scripts loaded, statements prepared, tables created).
+	if _, err := Interleave(ctx, Budget{Max: 5}, ops); err != nil {
+		b.Fatalf("warm-up: %v", err)
+	}
+	b.ResetTimer()
+	ds, err := Interleave(ctx, Budget{Max: b.N}, ops)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("%v", err)
+	}
+	lockP50 := Summarize(ds[0]).P50
+	b.ReportMetric(float64(lockP50.Nanoseconds()), "p50-ns/op")
+	if floor != nil {
+		fm := Summarize(ds[1]).P50
 		b.ReportMetric(float64(fm.Nanoseconds()), "floor-p50-ns/op")
 		if fm > 0 {
-			b.ReportMetric(float64(median(lockDur))/float64(fm), "x-floor")
+			b.ReportMetric(float64(lockP50)/float64(fm), "x-floor")
 		}
 	}
 }
@@ -145,82 +139,37 @@ func (s *suite) benchHotLock(b *testing.B, contenders int) {
 		if err != nil {
 			b.Fatalf("RoundTripFloor: %v", err)
 		}
-		var ds []time.Duration
-		for i := 0; i < 200; i++ {
-			t0 := time.Now()
-			if err := op(ctx); err != nil {
-				b.Fatalf("round trip: %v", err)
-			}
-			ds = append(ds, time.Since(t0))
-		}
+		ds, err := Interleave(ctx, Budget{Max: 200}, []func(context.Context) error{op})
 		cleanup()
-		rtt = median(ds)
-	}
-	var (
-		remaining   atomic.Int64
-		mu          sync.Mutex
-		grants      []time.Time // grant time of each holder, in grant order
-		releases    []time.Time // release time of the same holder (midpoint of its Unlock)
-		wg          sync.WaitGroup
-		errOnce     sync.Once
-		firstErr    error
-		ctxW, stopW = context.WithCancel(ctx)
-	)
-	defer stopW()
-	remaining.Store(int64(b.N))
-	b.ResetTimer()
-	start := time.Now()
-	for g := 0; g < contenders; g++ {
-		wg.Add(1)
-		go func(c *dlock.Client) {
-			defer wg.Done()
-			m := c.NewMutex(name, nil)
-			for {
-				l, err := m.Lock(ctxW)
-				if err != nil {
-					if ctxW.Err() == nil {
-						errOnce.Do(func() { firstErr = err })
-						stopW()
-					}
-					return
-				}
-				// Holders are serialised by the lock, so the index of this
-				// grant is its place in the sequence of holders.
-				mu.Lock()
-				i := len(grants)
-				grants = append(grants, time.Now())
-				releases = append(releases, time.Time{})
-				mu.Unlock()
-				left := remaining.Add(-1)
-				t0 := time.Now()
-				if err := l.Unlock(ctx); err != nil {
-					errOnce.Do(func() { firstErr = err })
-				}
-				t1 := time.Now()
-				mu.Lock()
-				releases[i] = t0.Add(t1.Sub(t0) / 2)
-				mu.Unlock()
-				if left <= 0 {
-					stopW()
-					return
-				}
-			}
-		}(cs[g%clients])
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatalf("hot lock: %v", firstErr)
-	}
-	var handoffs []time.Duration
-	for i := 1; i < len(grants); i++ {
-		if !releases[i-1].IsZero() {
-			handoffs = append(handoffs, max(grants[i].Sub(releases[i-1]), 0))
+		if err != nil {
+			b.Fatalf("round trip: %v", err)
 		}
+		rtt = Summarize(ds[0]).P50
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
-	ReportHandoffs(b, handoffs, rtt)
+	lockers := make([]LockFunc, contenders)
+	for g := range lockers {
+		lockers[g] = MutexLocker(cs[g%clients].NewMutex(name, nil))
+	}
+	b.ResetTimer()
+	r, err := HotLock(ctx, Budget{Max: b.N}, lockers)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("hot lock: %v", err)
+	}
+	b.ReportMetric(r.OpsPerSec(), "ops/s")
+	b.ReportMetric(100*r.RetakeShare(), "retake-%")
+	ReportHandoffs(b, r.Handoffs, rtt)
+}
+
+// MutexLocker is the LockFunc of m: Lock, and the lease's Unlock.
+func MutexLocker(m *dlock.Mutex) LockFunc {
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return l.Unlock, nil
+	}
 }
 
 // ReportHandoffs reports hand-off latencies as the metrics handoff-p50-µs,

@@ -1,0 +1,350 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The measurements below are the building blocks of RunBenchmarks, of the
+// "dlock bench" command and of the peer comparison in bench/peers. They work
+// on plain functions, so that any lock (dlock's, a peer library's, a raw
+// floor) can be measured the same way in one run. None of them keeps state
+// between calls; each is safe to call from one goroutine at a time.
+
+// Stats summarises latency samples.
+type Stats struct {
+	N   int           `json:"n"`
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+}
+
+// Summarize returns the count, median and 99th percentile of ds without
+// changing ds (zero Stats for none).
+func Summarize(ds []time.Duration) Stats {
+	if len(ds) == 0 {
+		return Stats{}
+	}
+	c := slices.Clone(ds)
+	slices.Sort(c)
+	return Stats{N: len(c), P50: c[len(c)/2], P99: c[min(len(c)-1, len(c)*99/100)]}
+}
+
+// Budget bounds a measurement: it stops after Max samples (rounds,
+// operations) or when Duration has passed, whichever comes first. A zero
+// field does not bound; a Budget with neither set takes one sample.
+type Budget struct {
+	Duration time.Duration
+	Max      int
+}
+
+func (b Budget) deadline(start time.Time) time.Time {
+	if b.Duration <= 0 {
+		return time.Time{}
+	}
+	return start.Add(b.Duration)
+}
+
+// more reports whether sample i (counted from 0) is still within b.
+func (b Budget) more(i int, deadline time.Time) bool {
+	if b.Max > 0 && i >= b.Max {
+		return false
+	}
+	if !deadline.IsZero() {
+		return i == 0 || time.Now().Before(deadline)
+	}
+	return b.Max > 0 || i == 0
+}
+
+// Interleave times ops round-robin: each round runs every op once, in an
+// order rotated by one each round, so that drift on a noisy machine hits all
+// of them alike. It returns the durations of each op, indexed like ops, and
+// stops at the first error (wrapped with the op's index) or when b runs out.
+func Interleave(ctx context.Context, b Budget, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
+	out := make([][]time.Duration, len(ops))
+	deadline := b.deadline(time.Now())
+	for round := 0; b.more(round, deadline); round++ {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		for k := range ops {
+			i := (k + round) % len(ops)
+			t0 := time.Now()
+			if err := ops[i](ctx); err != nil {
+				return out, fmt.Errorf("op %d: %w", i, err)
+			}
+			out[i] = append(out[i], time.Since(t0))
+		}
+	}
+	return out, nil
+}
+
+// LockFunc takes one lock, waiting as long as ctx allows, and returns the
+// function that frees it.
+type LockFunc func(ctx context.Context) (unlock func(ctx context.Context) error, err error)
+
+// HotResult is what HotLock measured.
+type HotResult struct {
+	// Ops is how many times the lock was taken, in Elapsed.
+	Ops     int
+	Elapsed time.Duration
+	// Handoffs are the times from one holder's release (the midpoint of its
+	// unlock call, the best estimate of when the server freed the lock) to
+	// the next holder's grant, in grant order.
+	Handoffs []time.Duration
+	// Retakes is how many grants went to the goroutine that held the lock
+	// just before (out of Ops-1 hand-offs).
+	Retakes int
+}
+
+// OpsPerSec is the throughput.
+func (r HotResult) OpsPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Ops) / r.Elapsed.Seconds()
+}
+
+// RetakeShare is the share of hand-offs in which the previous holder took
+// the lock again (0 to 1).
+func (r HotResult) RetakeShare() float64 {
+	if r.Ops < 2 {
+		return 0
+	}
+	return float64(r.Retakes) / float64(r.Ops-1)
+}
+
+// HotLock runs one goroutine per entry of lockers, each taking and at once
+// freeing the same lock in a loop, until b runs out (Max counts grants).
+// lockers[g] is goroutine g's way of taking the lock; give goroutines
+// separate clients (connections, sessions) where the lock is per client.
+func HotLock(ctx context.Context, b Budget, lockers []LockFunc) (HotResult, error) {
+	type grant struct {
+		at, released time.Time
+		g            int
+	}
+	var (
+		mu          sync.Mutex
+		grants      []grant
+		wg          sync.WaitGroup
+		errOnce     sync.Once
+		firstErr    error
+		taken       atomic.Int64
+		ctxW, stopW = context.WithCancel(ctx)
+	)
+	defer stopW()
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err })
+		stopW()
+	}
+	start := time.Now()
+	deadline := b.deadline(start)
+	if !deadline.IsZero() {
+		var cancelT context.CancelFunc
+		ctxW, cancelT = context.WithDeadline(ctxW, deadline)
+		defer cancelT()
+	}
+	for g, lock := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				unlock, err := lock(ctxW)
+				if err != nil {
+					if ctxW.Err() == nil {
+						fail(fmt.Errorf("goroutine %d: lock: %w", g, err))
+					}
+					return
+				}
+				// Holders are serialised by the lock, so the index of this
+				// grant is its place in the sequence of holders.
+				mu.Lock()
+				i := len(grants)
+				grants = append(grants, grant{at: time.Now(), g: g})
+				mu.Unlock()
+				n := taken.Add(1)
+				t0 := time.Now()
+				// The unlock must run even once the budget is spent.
+				uerr := unlock(context.WithoutCancel(ctx))
+				t1 := time.Now()
+				mu.Lock()
+				grants[i].released = t0.Add(t1.Sub(t0) / 2)
+				mu.Unlock()
+				if uerr != nil {
+					fail(fmt.Errorf("goroutine %d: unlock: %w", g, uerr))
+					return
+				}
+				if b.Max > 0 && n >= int64(b.Max) {
+					stopW()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	r := HotResult{Ops: len(grants), Elapsed: time.Since(start)}
+	if firstErr != nil {
+		return r, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return r, err
+	}
+	for i := 1; i < len(grants); i++ {
+		if grants[i].g == grants[i-1].g {
+			r.Retakes++
+		}
+		if !grants[i-1].released.IsZero() {
+			r.Handoffs = append(r.Handoffs, max(grants[i].at.Sub(grants[i-1].released), 0))
+		}
+	}
+	return r, nil
+}
+
+// WakeSettle is how long Wake lets the waiter block before the holder
+// releases: long enough for any waiter to be parked in its wait (queued,
+// subscribed, blocked in the server), short enough to keep runs short.
+const WakeSettle = 20 * time.Millisecond
+
+// Wake measures the wake-up of one blocked waiter: holder takes the lock,
+// waiter starts waiting for it, and after settle the holder frees it; a
+// sample is the time from the release (midpoint of the unlock call) to the
+// waiter's grant. holder and waiter must be separate clients. Rounds repeat
+// until b runs out.
+func Wake(ctx context.Context, b Budget, settle time.Duration, holder, waiter LockFunc) ([]time.Duration, error) {
+	var out []time.Duration
+	deadline := b.deadline(time.Now())
+	for round := 0; b.more(round, deadline); round++ {
+		d, err := wakeOnce(ctx, settle, holder, waiter)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func wakeOnce(ctx context.Context, settle time.Duration, holder, waiter LockFunc) (time.Duration, error) {
+	unlock, err := holder(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("holder: lock: %w", err)
+	}
+	type res struct {
+		at     time.Time
+		unlock func(context.Context) error
+		err    error
+	}
+	got := make(chan res, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		u, err := waiter(wctx)
+		got <- res{time.Now(), u, err}
+	}()
+	t := time.NewTimer(settle)
+	select {
+	case r := <-got:
+		t.Stop()
+		_ = unlock(ctx)
+		if r.err == nil {
+			_ = r.unlock(ctx)
+			return 0, errors.New("waiter: granted while the holder held the lock")
+		}
+		return 0, fmt.Errorf("waiter: lock: %w", r.err)
+	case <-t.C:
+	}
+	t0 := time.Now()
+	if err := unlock(ctx); err != nil {
+		cancel()
+		<-got
+		return 0, fmt.Errorf("holder: unlock: %w", err)
+	}
+	released := t0.Add(time.Since(t0) / 2)
+	r := <-got
+	if r.err != nil {
+		return 0, fmt.Errorf("waiter: lock: %w", r.err)
+	}
+	if err := r.unlock(ctx); err != nil {
+		return 0, fmt.Errorf("waiter: unlock: %w", err)
+	}
+	return max(r.at.Sub(released), 0), nil
+}
+
+// HoldFunc takes the i-th of many distinct locks and returns its release.
+type HoldFunc func(ctx context.Context, i int) (release func(ctx context.Context) error, err error)
+
+// HeldLevel is one point of ManyHeld.
+type HeldLevel struct {
+	// Held is how many other locks were held while op ran.
+	Held int
+	Op   Stats
+}
+
+// HeldResult is what ManyHeld measured.
+type HeldResult struct {
+	Levels []HeldLevel
+	// AcquirePerLease is the mean time hold took per lock, over all levels.
+	AcquirePerLease time.Duration
+	// BytesPerLease is the growth of the live heap per held lock, after a
+	// garbage collection, at the last level.
+	BytesPerLease float64
+}
+
+// Ratio is the p50 cost of op at the last level over its cost at the first
+// (0 when either is unknown).
+func (r HeldResult) Ratio() float64 {
+	if len(r.Levels) < 2 || r.Levels[0].Op.P50 <= 0 {
+		return 0
+	}
+	return float64(r.Levels[len(r.Levels)-1].Op.P50) / float64(r.Levels[0].Op.P50)
+}
+
+// ManyHeld measures how the cost of op (one Lock+Unlock of an unrelated
+// name, on the same client) grows with the number of locks the client holds:
+// at each level of levels (ascending, e.g. 0, 1000, 10000) it takes locks
+// with hold until that many are held, then times op within perLevel. It also
+// reports the heap per held lock. Every lock taken is released before it
+// returns, also on error.
+func ManyHeld(ctx context.Context, levels []int, perLevel Budget, op func(ctx context.Context) error, hold HoldFunc) (HeldResult, error) {
+	var (
+		r        HeldResult
+		releases []func(context.Context) error
+		acquire  time.Duration
+		before   runtime.MemStats
+	)
+	defer func() {
+		for _, rel := range releases {
+			_ = rel(context.WithoutCancel(ctx))
+		}
+	}()
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for _, n := range levels {
+		t0 := time.Now()
+		for i := len(releases); i < n; i++ {
+			rel, err := hold(ctx, i)
+			if err != nil {
+				return r, fmt.Errorf("hold lock %d: %w", i, err)
+			}
+			releases = append(releases, rel)
+		}
+		acquire += time.Since(t0)
+		ds, err := Interleave(ctx, perLevel, []func(context.Context) error{op})
+		if err != nil {
+			return r, err
+		}
+		r.Levels = append(r.Levels, HeldLevel{Held: n, Op: Summarize(ds[0])})
+	}
+	if n := len(releases); n > 0 {
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		r.BytesPerLease = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+		r.AcquirePerLease = acquire / time.Duration(n)
+	}
+	return r, nil
+}

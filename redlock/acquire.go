@@ -38,16 +38,40 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	start := time.Now()
 	timeout := d.timeoutFor(req.TTL)
 	k := redisscript.KeysFor(d.prefix, req.Name)
+	for try := 1; ; try++ {
+		g, leftovers, err := d.attempt(ctx, req, k, timeout, start)
+		if !leftovers {
+			return g, err
+		}
+		if try == maxLeftoverTries || ctx.Err() != nil {
+			return driver.Grant{}, &driver.LockedError{RetryAfter: time.Millisecond}
+		}
+	}
+}
+
+// maxLeftoverTries bounds the attempts of one TryAcquire that found and
+// cleared leftover grants of its own owner (see attempt).
+const maxLeftoverTries = 3
+
+// attempt is one round of Redlock's acquire. leftovers reports that a
+// quorum granted, but some nodes only re-entered a grant of the same owner
+// that is not a live lease (fewer than a quorum of nodes hold it with one
+// token): what a failed attempt whose undo never reached a node leaves
+// behind. Such a re-entry neither increments the node's fencing counter
+// nor reports it, so a token chosen from it could repeat an earlier
+// grant's; attempt then releases everything it got, clears the leftovers,
+// and the caller tries again afresh.
+func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, timeout time.Duration, start time.Time) (driver.Grant, bool, error) {
 	results := fanout(d, ctx, timeout, func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
 		return redisscript.Acquire(ctx, n.client, k, req.Owner, req.TTL, req.LockDelay)
 	})
 	n := len(d.nodes)
 	var (
-		got                []result[redisscript.AcquireResult]
-		granted, refused   int
-		failed             int
-		firstErr           error
-		maxFence, maxCount uint64
+		got              []result[redisscript.AcquireResult]
+		granted, refused int
+		failed           int
+		firstErr         error
+		reentered        bool
 	)
 	for len(got) < n {
 		r := <-results
@@ -60,27 +84,41 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 			}
 		case r.v.Granted:
 			granted++
-			maxFence = max(maxFence, r.v.Fence)
-			maxCount = max(maxCount, uint64(r.v.Count))
+			reentered = reentered || r.v.Count > 1
 		default:
 			refused++
-			maxFence = max(maxFence, r.v.Fence)
 		}
 		if granted >= d.quorum || refused+failed > n-d.quorum {
 			break
 		}
 	}
+	if granted >= d.quorum && reentered {
+		// A re-entry is judged on every node's answer.
+		for len(got) < n {
+			got = append(got, <-results)
+		}
+	}
+	maxFence, maxCount := maxima(got)
 	if granted >= d.quorum {
+		if reentered {
+			token, live := liveReentry(got, d.quorum)
+			if !live {
+				d.undo(ctx, req, k, got, results, timeout, false)
+				d.clearLeftovers(ctx, req, k, got, timeout)
+				return driver.Grant{}, true, nil
+			}
+			maxFence = token
+		}
 		err := d.fence(ctx, timeout, k, req.Owner, maxFence, got)
 		if err == nil {
 			d.grants.Granted(k, req.Owner, req.TTL, start)
 			if d.gate.Stopped() {
-				return driver.Grant{}, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
+				return driver.Grant{}, false, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 			}
-			return driver.Grant{Token: maxFence, Count: int(maxCount), Handle: &handle{keys: k, settled: d.settle(results, n-len(got))}}, nil
+			return driver.Grant{Token: maxFence, Count: int(maxCount), Handle: &handle{keys: k, settled: d.settle(results, n-len(got))}}, false, nil
 		}
 		_ = d.undo(ctx, req, k, got, results, timeout, true)
-		return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", err)
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redlock: acquire", err)
 	}
 	all := d.undo(ctx, req, k, got, results, timeout, false)
 	answered := 0
@@ -90,9 +128,70 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		}
 	}
 	if answered < d.quorum || refused == 0 {
-		return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", fmt.Errorf("only %d of %d nodes answered, a quorum is %d: %w", answered, n, d.quorum, firstErr))
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redlock: acquire", fmt.Errorf("only %d of %d nodes answered, a quorum is %d: %w", answered, n, d.quorum, firstErr))
 	}
-	return driver.Grant{}, &driver.LockedError{RetryAfter: d.retryAfter(req, all, time.Since(start)), Token: maxFence}
+	return driver.Grant{}, false, &driver.LockedError{RetryAfter: d.retryAfter(req, all, time.Since(start)), Token: maxFence}
+}
+
+// maxima returns the largest token (granted, or a refusing holder's) and
+// the largest hold count among the answers.
+func maxima(got []result[redisscript.AcquireResult]) (fence, count uint64) {
+	for _, r := range got {
+		if r.err != nil {
+			continue
+		}
+		fence = max(fence, r.v.Fence)
+		if r.v.Granted {
+			count = max(count, uint64(r.v.Count))
+		}
+	}
+	return fence, count
+}
+
+// liveReentry reports whether the re-entries among the answers are those
+// of a live lease: a quorum of nodes re-entered one grant (same token).
+// Only then is the token kept; nodes where that lease had lapsed granted
+// afresh and get the token written back by fence.
+func liveReentry(got []result[redisscript.AcquireResult], quorum int) (uint64, bool) {
+	byToken := map[uint64]int{}
+	for _, r := range got {
+		if r.err == nil && r.v.Granted && r.v.Count > 1 {
+			byToken[r.v.Fence]++
+		}
+	}
+	for token, c := range byToken {
+		if c >= quorum {
+			return token, true
+		}
+	}
+	return 0, false
+}
+
+// clearLeftovers releases, after undo released this attempt's own hold,
+// the holds left before it on nodes that answered with a re-entry: the
+// owner's lease is not live (see liveReentry), so they are a dead
+// attempt's remains, and the next attempt must find the nodes free.
+func (d *Driver) clearLeftovers(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, got []result[redisscript.AcquireResult], timeout time.Duration) {
+	var which []int
+	holds := map[int]int{}
+	for _, r := range got {
+		if r.err == nil && r.v.Granted && r.v.Count > 1 {
+			which = append(which, r.i)
+			holds[r.i] = r.v.Count - 1
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	k.Channel = ""
+	redisscript.OnEach(which, func(i int) error {
+		for range holds[i] {
+			left, held, err := redisscript.Release(rctx, d.nodes[i].client, k, req.Owner, 0)
+			if err != nil || !held || left == 0 {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // retryAfter estimates when a quorum of nodes could be free: the nodes we

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
+	"time"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/openurl"
@@ -24,9 +25,17 @@ type Client struct {
 	log    *slog.Logger
 	limits driver.Limits
 
+	epoch time.Time // zero of the Client's clock (see Client.now)
+
 	mu     sync.Mutex
 	closed bool
-	leases map[*Lease]struct{}
+	// leases lists every lease the Client holds (linked through
+	// Lease.prev and Lease.next); heaps schedule their renewals and
+	// validity deadlines (see renew.go).
+	leases  *Lease
+	heaps   [nHeaps]leaseHeap
+	renewer sleeper
+	reaper  sleeper
 	// lostWatch holds one goroutine per distinct driver loss channel
 	// (usually one per session), not one per lease; it stops when its last
 	// lease ends.
@@ -36,7 +45,6 @@ type Client struct {
 	retries map[*releaseRetry]struct{}
 	retryWG sync.WaitGroup
 
-	renew    *renewer
 	closing  chan struct{}
 	closeCtx context.Context // cancelled when Close starts
 	stopCtx  context.CancelFunc
@@ -126,7 +134,10 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 		d:         d,
 		opts:      o,
 		log:       o.Logger,
-		leases:    map[*Lease]struct{}{},
+		epoch:     time.Now(),
+		heaps:     [nHeaps]leaseHeap{{k: byRenew}, {k: byEarly}, {k: byDeadline}},
+		renewer:   newSleeper(),
+		reaper:    newSleeper(),
 		lostWatch: map[<-chan struct{}]*lostWatcher{},
 		retries:   map[*releaseRetry]struct{}{},
 		closing:   make(chan struct{}),
@@ -138,11 +149,14 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 	if l, ok := d.(driver.Limiter); ok {
 		c.limits = l.Limits()
 	}
-	c.renew = newRenewer(c)
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go func() {
 		defer c.wg.Done()
-		c.renew.run()
+		c.runRenewer()
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.runReaper()
 	}()
 	return c, nil
 }
@@ -210,8 +224,8 @@ func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.mu.Lock()
 		c.closed = true
-		leases := make([]*Lease, 0, len(c.leases))
-		for l := range c.leases {
+		var leases []*Lease
+		for l := c.leases; l != nil; l = l.next {
 			leases = append(leases, l)
 		}
 		c.mu.Unlock()
@@ -285,7 +299,16 @@ func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
 	if c.closed {
 		return false
 	}
-	c.leases[l] = struct{}{}
+	l.registered = true
+	l.next = c.leases
+	if c.leases != nil {
+		c.leases.prev = l
+	}
+	c.leases = l
+	c.scheduleDeadlineLocked(l)
+	if l.autoRenew {
+		c.scheduleRenewLocked(l)
+	}
 	if lost != nil {
 		w, ok := c.lostWatch[lost]
 		if !ok {
@@ -302,7 +325,22 @@ func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
 func (c *Client) unregister(l *Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.leases, l)
+	if !l.registered {
+		return
+	}
+	l.registered = false
+	switch {
+	case l.prev != nil:
+		l.prev.next = l.next
+	case c.leases == l:
+		c.leases = l.next
+	}
+	if l.next != nil {
+		l.next.prev = l.prev
+	}
+	l.prev, l.next = nil, nil
+	c.unscheduleRenewLocked(l)
+	c.heaps[byDeadline].remove(l)
 	if l.lost == nil {
 		return
 	}

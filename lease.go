@@ -26,28 +26,41 @@ type Lease struct {
 	name      string
 	owner     string
 	token     uint64
-	count     int
 	handle    any
 	delay     time.Duration
 	drift     time.Duration
 	lost      <-chan struct{}
 	cause     func() error
+	parent    context.Context // the context Lock was called with, for Context's values
+	count     int32
 	autoRenew bool
 	generated bool // owner generated for this grant alone (no explicit Owner)
 
+	// Guarded by c.mu: the lease's places in the Client's books.
+	registered bool
+	prev, next *Lease        // in the Client's list of its leases
+	keys       [nHeaps]int64 // schedule keys, on the Client's clock
+	pos        [nHeaps]int32 // positions in the Client's heaps, -1 if absent
+
+	mu         sync.Mutex
+	releasing  bool
+	ttl        time.Duration
+	renewEvery time.Duration
+	validUntil int64 // local monotonic deadline, on the Client's clock
+	nextRenew  int64 // on the Client's clock
+	err        error
+	// Made on first use: most leases are released without anyone asking.
 	done   chan struct{}
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-
-	mu         sync.Mutex
-	ttl        time.Duration
-	renewEvery time.Duration
-	validUntil time.Time // local monotonic deadline
-	nextRenew  time.Time
-	lossTimer  *time.Timer
-	releasing  bool
-	err        error
 }
+
+// closedChan is the Done channel of a lease that ended before anyone asked.
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, parent context.Context) *Lease {
 	ttl := r.ttl
@@ -62,24 +75,17 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	if !r.renewSet || every == 0 {
 		every = ttl / 3
 	}
-	l := &Lease{
-		c: c, name: m.name, owner: r.owner, token: g.Token, count: g.Count, handle: g.Handle,
-		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause,
+	at := c.at(sent)
+	return &Lease{
+		c: c, name: m.name, owner: r.owner, token: g.Token, count: int32(g.Count), handle: g.Handle,
+		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause, parent: parent,
 		autoRenew: every > 0,
 		generated: r.generated,
-		done:      make(chan struct{}),
+		pos:       [nHeaps]int32{-1, -1, -1},
 		ttl:       ttl, renewEvery: every,
+		validUntil: at + int64(ttl-drift),
+		nextRenew:  at + int64(every),
 	}
-	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(parent))
-	l.validUntil = sent.Add(ttl - drift)
-	l.nextRenew = sent.Add(every)
-	remaining := time.Until(l.validUntil)
-	// The timer may fire at once; deadlinePassed takes l.mu, so it cannot
-	// see the lease before lossTimer is set.
-	l.mu.Lock()
-	l.lossTimer = time.AfterFunc(remaining, l.deadlinePassed)
-	l.mu.Unlock()
-	return l
 }
 
 // Name returns the lock's name.
@@ -95,11 +101,22 @@ func (l *Lease) Token() uint64 { return l.token }
 
 // Count returns the hold count the backend reported when this lease was
 // granted: 1, or more if the owner re-entered.
-func (l *Lease) Count() int { return l.count }
+func (l *Lease) Count() int { return int(l.count) }
 
 // Done returns a channel closed when the lease ends: released, lost, or its
-// client closed.
-func (l *Lease) Done() <-chan struct{} { return l.done }
+// client closed. Every call returns the same channel, except once the lease
+// has ended (any closed channel then).
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		if l.err != nil {
+			return closedChan
+		}
+		l.done = make(chan struct{})
+	}
+	return l.done
+}
 
 // Err returns nil while the lease is held; afterwards an error wrapping
 // ErrReleased, ErrLeaseLost (and its cause) or ErrClosed.
@@ -110,8 +127,19 @@ func (l *Lease) Err() error {
 }
 
 // Context returns a context cancelled when Done closes, carrying the values
-// of the context Lock was called with. context.Cause reports Err.
-func (l *Lease) Context() context.Context { return l.ctx }
+// of the context Lock was called with. context.Cause reports Err. Every call
+// returns the same context.
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
+		if l.err != nil {
+			l.cancel(l.err)
+		}
+	}
+	return l.ctx
+}
 
 // ValidFor returns how long the lease is known to be valid from now, by the
 // local monotonic clock (zero once it ended).
@@ -121,7 +149,7 @@ func (l *Lease) ValidFor() time.Duration {
 	if l.err != nil {
 		return 0
 	}
-	return max(time.Until(l.validUntil), 0)
+	return max(time.Duration(l.validUntil-l.c.now()), 0)
 }
 
 // Extend sets the lease's TTL to ttl from now on the server and uses ttl for
@@ -171,7 +199,6 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	l.confirmedLocked(sent)
 	l.mu.Unlock()
-	l.c.renew.poke()
 	return nil
 }
 
@@ -237,6 +264,9 @@ func (l *Lease) beginRelease() bool {
 		return false
 	}
 	l.releasing = true
+	l.c.mu.Lock()
+	l.c.unscheduleRenewLocked(l)
+	l.c.mu.Unlock()
 	return true
 }
 
@@ -255,29 +285,17 @@ func (l *Lease) confirmedLocked(sent time.Time) {
 	if l.err != nil {
 		return
 	}
-	valid := sent.Add(l.ttl - l.drift)
-	if valid.After(l.validUntil) {
+	at := l.c.at(sent)
+	if valid := at + int64(l.ttl-l.drift); valid > l.validUntil {
 		l.validUntil = valid
-		l.lossTimer.Reset(time.Until(valid))
+		l.c.mu.Lock()
+		if l.registered {
+			l.c.scheduleDeadlineLocked(l)
+		}
+		l.c.mu.Unlock()
 	}
-	l.nextRenew = sent.Add(l.renewEvery)
-}
-
-// deadlinePassed runs when the local validity deadline passes.
-func (l *Lease) deadlinePassed() {
-	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return
-	}
-	left := time.Until(l.validUntil)
-	if left > 0 { // extended after the timer fired
-		l.lossTimer.Reset(left)
-		l.mu.Unlock()
-		return
-	}
-	l.mu.Unlock()
-	l.lose(errors.New("validity deadline passed before renewal confirmed the lease"))
+	l.nextRenew = at + int64(l.renewEvery)
+	l.renewalLocked()
 }
 
 // lose ends the lease with ErrLeaseLost wrapping cause.
@@ -295,11 +313,15 @@ func (l *Lease) end(err error) bool {
 		return false
 	}
 	l.err = err
-	l.lossTimer.Stop()
+	done, cancel := l.done, l.cancel
 	l.mu.Unlock()
 	l.c.unregister(l)
-	l.cancel(err)
-	close(l.done)
+	if cancel != nil {
+		cancel(err)
+	}
+	if done != nil {
+		close(done)
+	}
 	return true
 }
 

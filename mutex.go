@@ -110,6 +110,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	if wait {
 		op = "lock"
 	}
+	parent := ctx // the lease keeps its values, not the wait's wrapper
 	if wait {
 		// Stop waiting when the client closes.
 		var cancel context.CancelCauseFunc
@@ -179,7 +180,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		// own loop) it can be earlier, and the server counts from then.
 		sent = g.Sent
 	}
-	l := newLease(c, m, r, g, sent, ctx)
+	l := newLease(c, m, r, g, sent, parent)
 	if l.ValidFor() == 0 {
 		// The grant arrived after its own validity deadline (a very slow
 		// reply, or this process was paused): it cannot be relied on.
@@ -200,7 +201,6 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		l.end(ErrClosed)
 		return nil, ErrClosed
 	}
-	c.renew.poke()
 	return l, nil
 }
 

@@ -2,110 +2,293 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/dlock/dlock/driver"
 )
 
-// renewer renews every auto-renewing lease of a Client. On each tick it sends
-// one driver.Renew call covering every lease that is due, or due within half
-// its interval, so leases taken at different times fall into step and K
-// leases cost one round trip per tick rather than K.
-type renewer struct {
-	c    *Client
-	wake chan struct{}
+// The schedule of a Client's leases lives in three binary min-heaps, guarded
+// by Client.mu, so that no work done per grant, per release or per tick walks
+// every lease the client holds:
+//
+//   - byRenew orders the auto-renewing leases by when they fall due;
+//   - byEarly orders the same leases by when they may join a batch (due time
+//     minus half their interval);
+//   - byDeadline orders every lease by its local validity deadline.
+//
+// Each lease knows its position in each heap, so adding, moving and removing
+// it costs O(log n). The renewer goroutine sleeps until the head of byRenew
+// falls due and then takes, from byEarly, every lease that may join the
+// batch; the reaper goroutine sleeps until the head of byDeadline passes and
+// ends the leases whose deadline did. A grant wakes either goroutine only
+// when it becomes the earliest of its heap.
+const (
+	byRenew = iota
+	byEarly
+	byDeadline
+	nHeaps
+)
+
+// idle is the armed time of a goroutine with nothing scheduled: it sleeps
+// until poked.
+const idle = math.MaxInt64
+
+// schedBatch bounds the leases moved in or out of the heaps under one hold of
+// Client.mu, so that a tick renewing many leases does not stall every Lock
+// and Unlock for its whole length.
+const schedBatch = 256
+
+// leaseHeap is a min-heap of leases on their key k (Lease.keys[k]); each
+// lease keeps its position in Lease.pos[k], -1 when absent.
+type leaseHeap struct {
+	k  int
+	ls []*Lease
 }
 
-func newRenewer(c *Client) *renewer {
-	return &renewer{c: c, wake: make(chan struct{}, 1)}
+func (h *leaseHeap) less(i, j int) bool { return h.ls[i].keys[h.k] < h.ls[j].keys[h.k] }
+
+func (h *leaseHeap) swap(i, j int) {
+	h.ls[i], h.ls[j] = h.ls[j], h.ls[i]
+	h.ls[i].pos[h.k] = int32(i)
+	h.ls[j].pos[h.k] = int32(j)
 }
 
-// poke makes the renewer recompute its schedule (a lease was added or
-// extended).
-func (r *renewer) poke() {
+func (h *leaseHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *leaseHeap) down(i int) {
+	n := len(h.ls)
+	for {
+		m := i
+		if l := 2*i + 1; l < n && h.less(l, m) {
+			m = l
+		}
+		if r := 2*i + 2; r < n && h.less(r, m) {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
+}
+
+// set gives l the key at, adding l or moving it.
+func (h *leaseHeap) set(l *Lease, at int64) {
+	old := l.keys[h.k]
+	l.keys[h.k] = at
+	i := int(l.pos[h.k])
+	switch {
+	case i < 0:
+		l.pos[h.k] = int32(len(h.ls))
+		h.ls = append(h.ls, l)
+		h.up(len(h.ls) - 1)
+	case at < old:
+		h.up(i)
+	case at > old:
+		h.down(i)
+	}
+}
+
+// remove takes l out of the heap if it is there.
+func (h *leaseHeap) remove(l *Lease) {
+	i := int(l.pos[h.k])
+	if i < 0 {
+		return
+	}
+	last := len(h.ls) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.ls[last] = nil
+	h.ls = h.ls[:last]
+	l.pos[h.k] = -1
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+	if cap(h.ls) > 64 && len(h.ls) < cap(h.ls)/4 {
+		// Give back the memory of a burst of leases once it has passed.
+		h.ls = append([]*Lease(nil), h.ls...)
+	}
+}
+
+// head returns the lease with the least key, nil if the heap is empty.
+func (h *leaseHeap) head() *Lease {
+	if len(h.ls) == 0 {
+		return nil
+	}
+	return h.ls[0]
+}
+
+// sleeper is a goroutine of the Client that sleeps until a time on the
+// Client's clock or a poke.
+type sleeper struct {
+	wake  chan struct{}
+	armed int64 // Client.mu: when it wakes next on its own; idle if never
+}
+
+func newSleeper() sleeper { return sleeper{wake: make(chan struct{}, 1), armed: idle} }
+
+// wakeByLocked makes s wake by at (Client.mu held): it pokes s only if s
+// would otherwise sleep past at.
+func (s *sleeper) wakeByLocked(at int64) {
+	if at >= s.armed {
+		return
+	}
+	s.armed = at
 	select {
-	case r.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
 
-func (r *renewer) run() {
+// sleep waits until at (idle: until poked) or a poke; false once the Client
+// closes.
+func (s *sleeper) sleep(c *Client, timer *time.Timer, at int64) bool {
+	if at == idle {
+		timer.Stop()
+	} else {
+		// Since Go 1.23 Reset discards a value the timer sent before: no
+		// drain needed.
+		timer.Reset(max(time.Duration(at-c.now()), 0))
+	}
+	select {
+	case <-c.closing:
+		return false
+	case <-s.wake:
+	case <-timer.C:
+	}
+	return true
+}
+
+// now reads the Client's clock: nanoseconds since the Client was made, on
+// the monotonic clock.
+func (c *Client) now() int64 { return int64(time.Since(c.epoch)) }
+
+// at converts t to the Client's clock.
+func (c *Client) at(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
+
+// time converts a reading of the Client's clock back to a time.Time.
+func (c *Client) time(at int64) time.Time { return c.epoch.Add(time.Duration(at)) }
+
+// scheduleRenewLocked files l for renewal at its nextRenew (Client.mu held,
+// and l.mu unless l is not yet registered, so no one else can reach it).
+func (c *Client) scheduleRenewLocked(l *Lease) {
+	c.heaps[byRenew].set(l, l.nextRenew)
+	c.heaps[byEarly].set(l, l.nextRenew-int64(l.renewEvery/2))
+	c.renewer.wakeByLocked(l.nextRenew)
+}
+
+// scheduleDeadlineLocked files l for loss at its validUntil (Client.mu held,
+// and l.mu unless l is not yet registered).
+func (c *Client) scheduleDeadlineLocked(l *Lease) {
+	c.heaps[byDeadline].set(l, l.validUntil)
+	c.reaper.wakeByLocked(l.validUntil)
+}
+
+// unscheduleRenewLocked takes l out of the renewal heaps (Client.mu held).
+func (c *Client) unscheduleRenewLocked(l *Lease) {
+	c.heaps[byRenew].remove(l)
+	c.heaps[byEarly].remove(l)
+}
+
+// renewal files l for renewal after its nextRenew changed (l.mu held), unless
+// it has ended, is being released or does not renew automatically.
+func (l *Lease) renewalLocked() {
+	if l.err != nil || l.releasing || !l.autoRenew {
+		return
+	}
+	l.c.mu.Lock()
+	if l.registered {
+		l.c.scheduleRenewLocked(l)
+	}
+	l.c.mu.Unlock()
+}
+
+// runRenewer renews every auto-renewing lease of c. On each tick it sends
+// one driver.Renew call covering every lease that is due, or due within half
+// its interval, so leases taken at different times fall into step and K
+// leases cost one round trip per tick rather than K.
+func (c *Client) runRenewer() {
 	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	defer timer.Stop()
 	for {
-		now := time.Now()
-		next, batch := r.due(now)
+		now := c.now()
+		next, batch := c.dueLeases(now)
 		if len(batch) > 0 {
-			r.renewBatch(batch)
+			c.renewBatch(batch)
 			continue
 		}
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(next.Sub(now), time.Millisecond)
-		}
-		// Since Go 1.23 Reset discards a value the timer sent before:
-		// no drain needed.
-		timer.Reset(wait)
-		select {
-		case <-r.c.closing:
+		if !c.renewer.sleep(c, timer, next) {
 			return
-		case <-r.wake:
-		case <-timer.C:
 		}
 	}
 }
 
-// due returns the leases to renew now, or the time the next one falls due.
-// When at least one lease is due, every lease due within half its interval
-// joins the batch.
-func (r *renewer) due(now time.Time) (next time.Time, batch []*Lease) {
-	c := r.c
+// dueLeases takes out of the renewal heaps the leases to renew now, or
+// returns when the next one falls due (idle if none; the renewer is armed for
+// it). When at least one lease is due, every lease due within half its
+// interval joins the batch.
+func (c *Client) dueLeases(now int64) (next int64, batch []*Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	anyDue := false
-	for l := range c.leases {
-		if !l.autoRenew {
-			continue
+	h := c.heaps[byRenew].head()
+	if h == nil || h.keys[byRenew] > now {
+		next = idle
+		if h != nil {
+			next = h.keys[byRenew]
 		}
-		l.mu.Lock()
-		at, every, skip := l.nextRenew, l.renewEvery, l.err != nil || l.releasing
-		l.mu.Unlock()
-		if skip {
-			continue
-		}
-		if !at.After(now) {
-			anyDue = true
-		}
-		if !at.After(now.Add(every / 2)) {
+		c.renewer.armed = next
+		return next, nil
+	}
+	for {
+		for range schedBatch {
+			l := c.heaps[byEarly].head()
+			if l == nil || l.keys[byEarly] > now {
+				return 0, batch
+			}
+			c.unscheduleRenewLocked(l)
 			batch = append(batch, l)
 		}
-		if next.IsZero() || at.Before(next) {
-			next = at
-		}
+		c.mu.Unlock()
+		c.mu.Lock()
 	}
-	if !anyDue {
-		batch = nil
-	}
-	return next, batch
 }
 
-func (r *renewer) renewBatch(batch []*Lease) {
-	c := r.c
+func (c *Client) renewBatch(batch []*Lease) {
 	now := time.Now()
-	ls := make([]driver.Lease, len(batch))
-	deadline := now.Add(time.Hour)
-	for i, l := range batch {
+	ls := make([]driver.Lease, 0, len(batch))
+	live := batch[:0]
+	deadline := c.at(now.Add(time.Hour))
+	for _, l := range batch {
 		l.mu.Lock()
-		ls[i] = l.driverLeaseLocked()
-		if l.validUntil.Before(deadline) {
-			deadline = l.validUntil
+		if l.err == nil && !l.releasing {
+			ls = append(ls, l.driverLeaseLocked())
+			live = append(live, l)
+			deadline = min(deadline, l.validUntil)
 		}
 		l.mu.Unlock()
 	}
+	if len(live) == 0 {
+		return
+	}
 	// Nothing is gained by waiting for a reply past the earliest validity
-	// deadline of the batch; the loss timers fire then anyway.
-	timeout := max(deadline.Sub(now), 10*time.Millisecond)
+	// deadline of the batch; the reaper ends those leases then anyway.
+	timeout := max(time.Duration(deadline-c.at(now)), 10*time.Millisecond)
 	ctx, cancel := context.WithTimeout(c.closeCtx, timeout)
 	sent := time.Now()
 	errs, err := c.d.Renew(ctx, ls)
@@ -113,7 +296,7 @@ func (r *renewer) renewBatch(batch []*Lease) {
 	if err == nil && len(errs) != len(ls) {
 		err = fmt.Errorf("driver returned %d results for %d leases", len(errs), len(ls))
 	}
-	for i, l := range batch {
+	for i, l := range live {
 		e := err
 		if e == nil {
 			e = errs[i]
@@ -127,13 +310,83 @@ func (r *renewer) renewBatch(batch []*Lease) {
 			l.lose(e)
 		default:
 			// Fate unknown: try again soon, but never past the validity
-			// deadline, which the loss timer enforces on its own.
+			// deadline, which the reaper enforces on its own.
 			l.mu.Lock()
-			t := time.Now()
-			retry := min(l.renewEvery/4, max(l.validUntil.Sub(t)/3, time.Millisecond))
-			l.nextRenew = t.Add(max(retry, time.Millisecond))
+			t := c.now()
+			retry := min(l.renewEvery/4, max(time.Duration(l.validUntil-t)/3, time.Millisecond))
+			l.nextRenew = t + int64(max(retry, time.Millisecond))
+			l.renewalLocked()
 			l.mu.Unlock()
 			c.log.Warn("dlock: renewal failed, will retry", "name", l.name, "err", e)
 		}
 	}
 }
+
+// runReaper ends the leases whose local validity deadline passes before
+// renewal confirmed them.
+func (c *Client) runReaper() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		next, expired := c.expiredLeases(c.now())
+		for _, l := range expired {
+			l.deadlinePassed()
+		}
+		if len(expired) > 0 {
+			continue
+		}
+		if !c.reaper.sleep(c, timer, next) {
+			return
+		}
+	}
+}
+
+// expiredLeases takes out of the deadline heap up to schedBatch leases whose
+// deadline is not after now, or returns when the next deadline falls (idle
+// if none; the reaper is armed for it).
+func (c *Client) expiredLeases(now int64) (next int64, expired []*Lease) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := &c.heaps[byDeadline]
+	for range schedBatch {
+		l := h.head()
+		if l == nil || l.keys[byDeadline] > now {
+			break
+		}
+		h.remove(l)
+		expired = append(expired, l)
+	}
+	if len(expired) > 0 {
+		return 0, expired
+	}
+	next = idle
+	if l := h.head(); l != nil {
+		next = l.keys[byDeadline]
+	}
+	c.reaper.armed = next
+	return next, nil
+}
+
+// deadlinePassed ends l with ErrLeaseLost, the reaper having found its
+// deadline passed, unless a renewal extended it meanwhile.
+func (l *Lease) deadlinePassed() {
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return
+	}
+	if l.validUntil > l.c.now() { // extended after the reaper took it
+		l.c.mu.Lock()
+		if l.registered {
+			l.c.scheduleDeadlineLocked(l)
+		}
+		l.c.mu.Unlock()
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(errDeadlinePassed)
+}
+
+var errDeadlinePassed = errors.New("validity deadline passed before renewal confirmed the lease")

@@ -94,39 +94,43 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	key := d.newKey(req.Name, sess.id)
+	h := &handle{name: req.Name, slot: sess.takeSlot(req.Name), sess: sess}
+	h.key = d.slotKey(req.Name, sess.id, h.slot)
 	pfx := d.queuePrefix(req.Name)
 	guard := d.guardKey(req.Name)
 	resp, sent, err := commitRefreshed(sess, d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, req.Owner, clientv3.WithLease(sess.id)), clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(guard)))
+		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", 0)).
+		Then(clientv3.OpPut(h.key, req.Owner, clientv3.WithLease(sess.id)),
+			clientv3.OpGet(pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+			clientv3.OpGet(guard)))
 	if err != nil {
-		// The put may have happened: remove it. The key is this attempt's
-		// alone, so whatever is there is ours.
-		d.discard(sess, key, 0)
+		// The put may have happened: remove it. The slot is this attempt's
+		// alone until then, so whatever is there is ours.
+		d.discard(h, 0)
 		return driver.Grant{}, ctxerr.Wrap(ctx, "etcdlock: enqueue", err)
 	}
 	if !resp.Succeeded {
-		// 64 random bits collided with a live key: not ours, leave it.
-		return driver.Grant{}, fmt.Errorf("etcdlock: key %q exists already", key)
+		// Someone else wrote a key of this driver's lease: not ours, leave
+		// it, and keep its slot out of use.
+		return driver.Grant{}, fmt.Errorf("etcdlock: key %q exists already", h.key)
 	}
-	rev := resp.Header.Revision
-	h := &handle{key: key, name: req.Name, rev: rev, sess: sess}
+	h.rev = resp.Header.Revision
+	rev := h.rev
 	head := resp.Responses[1].GetResponseRange().Kvs
 	first := len(head) == 0 || head[0].CreateRevision == rev
-	if !first || blocked(resp.Responses[2].GetResponseRange().Kvs, key) {
+	if !first || blocked(resp.Responses[2].GetResponseRange().Kvs, h.key) {
 		if !wait {
-			d.discard(sess, key, rev)
+			d.discard(h, rev)
 			return driver.Grant{}, &driver.LockedError{}
 		}
 		if sent, err = d.waitTurn(ctx, h, pfx, guard); err != nil {
-			d.discard(sess, key, rev)
+			d.discard(h, rev)
 			return driver.Grant{}, err
 		}
 	}
 	if req.LockDelay > 0 {
 		if err := d.setGuard(ctx, h, req.Name, req.LockDelay); err != nil {
-			d.discard(sess, key, rev)
+			d.discard(h, rev)
 			return driver.Grant{}, err
 		}
 	}
@@ -229,13 +233,15 @@ func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, crea
 	}
 }
 
-// discard deletes key, bound to sess's lease, if its create revision is rev
-// (or whatever version is there when rev is 0: keys are unique to one
-// acquire attempt, so that is the failed attempt's own), on a detached
-// context. When that fails it keeps trying in the background while the lease
-// lives, so an error path never leaves a live key blocking the queue.
-func (d *Driver) discard(sess *session, key string, rev int64) {
-	if d.tryDiscard(key, rev) == nil {
+// discard deletes h's key, bound to h's lease, if its create revision is rev
+// (or whatever version is there when rev is 0: a slot is one acquire
+// attempt's alone until its key is known gone, so that is the failed
+// attempt's own), on a detached context, and then frees h's slot. When that
+// fails it keeps trying in the background while the lease lives, so an error
+// path never leaves a live key blocking the queue.
+func (d *Driver) discard(h *handle, rev int64) {
+	if d.tryDiscard(h.key, rev) == nil {
+		h.sess.freeSlot(h.name, h.slot)
 		return
 	}
 	d.bg.Go(func() {
@@ -246,10 +252,11 @@ func (d *Driver) discard(sess *session, key string, rev int64) {
 				return
 			case <-time.After(delay):
 			}
-			if sess.Lost() {
-				return // the key went with the lease
+			if h.sess.Lost() {
+				return // the key went with the lease, and its slots with it
 			}
-			if d.tryDiscard(key, rev) == nil {
+			if d.tryDiscard(h.key, rev) == nil {
+				h.sess.freeSlot(h.name, h.slot)
 				return
 			}
 			delay = min(2*delay, 2*time.Second)

@@ -12,11 +12,13 @@
 // first use of that TTL and kept alive by one keepalive loop per lease (see
 // "Keepalives" below). Every lock the driver takes is a key
 //
-//	<prefix><name>/<lease ID in hex>-<16 random hex digits>
+//	<prefix><name>/<lease ID in hex>-<slot number in 16 hex digits>
 //
-// bound to the lease of the lock's TTL and put in a transaction that also
-// reads the key with
-// the lowest create revision under <prefix><name>/. The key with the lowest
+// bound to the lease of the lock's TTL and put, only if absent, in a
+// transaction that also reads the key with the lowest create revision under
+// <prefix><name>/. The slot is the lowest one of that lease on that name not
+// in use (usually 0), so the grants of one lease on one name reuse one key
+// and etcd's index does not grow with every Lock (see slots.go). The key with the lowest
 // create revision holds the lock; the others are its queue, in arrival order.
 // A waiter watches only the key just before its own (no herd) and looks again
 // after that key is deleted. The fencing token is the key's create revision,
@@ -63,10 +65,11 @@
 //
 // Release deletes the key only if its create revision still equals the
 // grant's token, so a retried or stale release can never delete a newer
-// holder's key (etcd issue 22082). Every acquire attempt puts a key of its
-// own (the random suffix), never one left by an earlier grant or attempt of
-// the same owner, so a release retried after an unknown outcome cannot
-// delete a later grant of the same owner either. A Release is safe to repeat:
+// holder's key (etcd issue 22082). A slot stays in use until its key is
+// known to be gone, so an acquire never adopts a key left by an earlier
+// grant or attempt whose release has an unknown outcome, and a key put again
+// at a freed slot has a new create revision: a release retried after an
+// unknown outcome cannot delete a later grant of the same owner either. A Release is safe to repeat:
 // it deletes the grant's key if it is still there, and otherwise returns
 // driver.ErrNotHeld without touching anything. A cancelled or failed Acquire
 // deletes its own queue key before it returns.
@@ -105,8 +108,6 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -179,6 +180,7 @@ var (
 type handle struct {
 	key     string
 	name    string
+	slot    uint64 // the key's slot (see slots.go)
 	rev     int64
 	sess    *session
 	guarded atomic.Bool  // a lock-delay guard of this grant was written
@@ -233,14 +235,9 @@ func (d *Driver) queuePrefix(name string) string {
 	return d.prefix + escapeName(name) + "/"
 }
 
-// newKey is a fresh queue key on name under lease id. Its random suffix makes
-// it unique to one acquire attempt: no later grant, not even of the same
-// owner on the same lease, reuses it, so a release or cleanup guarded by the
-// key's create revision can only ever touch the grant it was meant for.
-func (d *Driver) newKey(name string, id clientv3.LeaseID) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return fmt.Sprintf("%s%x-%016x", d.queuePrefix(name), int64(id), binary.BigEndian.Uint64(b[:]))
+// slotKey is the queue key of slot n of name under lease id.
+func (d *Driver) slotKey(name string, id clientv3.LeaseID, n uint64) string {
+	return fmt.Sprintf("%s%x-%016x", d.queuePrefix(name), int64(id), n)
 }
 
 // Limits implements driver.Limiter: etcd lease TTLs are whole seconds.

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
@@ -164,5 +165,75 @@ func BenchmarkConcurrencyMutexHotLock(b *testing.B) {
 			mutexes[g] = concurrency.NewMutex(s, name)
 		}
 		return func(g int) error { return mutexes[g].Lock(ctx) }, func(g int) error { return mutexes[g].Unlock(ctx) }
+	})
+}
+
+// BenchmarkUncontended compares one uncontended Lock+Unlock through a dlock
+// Client (client) or the bare driver (driver) with etcd's concurrency.Mutex
+// and with the raw floor (a put-if-absent transaction and a delete),
+// interleaved in the same run (see queuetest.Uncontended).
+func BenchmarkUncontended(b *testing.B) {
+	h := &harness{endpoints: shared.Endpoints()}
+	ctx := context.Background()
+	floorOp, cleanup, err := h.AcquireReleaseFloor(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cleanup()
+	name := fmt.Sprintf("bench-uncontended-%d", time.Now().UnixNano())
+	floor := func(ctx context.Context) error { return floorOp(ctx, name+"-floor") }
+	s, err := concurrency.NewSession(newClient(b, shared.Endpoints()), concurrency.WithTTL(30))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	m := concurrency.NewMutex(s, name+"-peer")
+	peer := func(ctx context.Context) error {
+		if err := m.Lock(ctx); err != nil {
+			return err
+		}
+		return m.Unlock(ctx)
+	}
+	b.Run("client", func(b *testing.B) {
+		c := dlock.New(newTestDriver(b, newClient(b, shared.Endpoints()), nil), &dlock.Options{TTL: 30 * time.Second})
+		defer c.Close()
+		mu := c.NewMutex(name+"-client", nil)
+		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
+			l, err := mu.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}, peer)
+	})
+	b.Run("driver", func(b *testing.B) {
+		d := newTestDriver(b, newClient(b, shared.Endpoints()), nil)
+		req := queuetest.Req(name+"-driver", "A")
+		req.TTL = 30 * time.Second
+		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
+			g, err := d.Acquire(ctx, req)
+			if err != nil {
+				return err
+			}
+			_, err = d.Release(ctx, queuetest.Lease(req.Name, req.Owner, g))
+			return err
+		}, peer)
+	})
+}
+
+// BenchmarkLockCostGrowth locks and unlocks one name through a dlock Client
+// (a random owner per Lock, as by default) max(b.N, 2000) times, without
+// compaction, and reports the cost of the last 1000 cycles against the
+// first 1000 (see queuetest.Growth). Run it with -benchtime=100000x.
+func BenchmarkLockCostGrowth(b *testing.B) {
+	c := dlock.New(newTestDriver(b, newClient(b, shared.Endpoints()), nil), &dlock.Options{TTL: 30 * time.Second})
+	defer c.Close()
+	mu := c.NewMutex(fmt.Sprintf("bench-growth-%d", time.Now().UnixNano()), nil)
+	queuetest.Growth(b, func(ctx context.Context) error {
+		l, err := mu.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
 	})
 }

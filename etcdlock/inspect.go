@@ -16,8 +16,8 @@ import (
 var _ driver.Inspector = (*Driver)(nil)
 
 // queueKey matches the last segment of a queue key: a lease ID in hex, with
-// the owner hash dlock adds (concurrency.Mutex and etcdctl use the lease ID
-// alone).
+// the slot number dlock adds (concurrency.Mutex and etcdctl use the lease ID
+// alone; dlock before slots added 16 random hex digits).
 var queueKey = regexp.MustCompile(`^[0-9a-f]{1,16}(-[0-9a-f]{16})?$`)
 
 // Inspect implements driver.Inspector: it reads every queue key under the

@@ -35,10 +35,15 @@ func (s *session) track(h *handle) {
 	s.mu.Unlock()
 }
 
-// untrack forgets h: it was released, or found gone.
+// untrack forgets h: its key is known to be gone (released, reaped, or
+// found gone), so its slot is free again. Only the first call for h frees
+// the slot.
 func (s *session) untrack(h *handle) {
 	s.mu.Lock()
-	delete(s.held, h)
+	if _, ok := s.held[h]; ok {
+		delete(s.held, h)
+		s.freeSlotLocked(h.name, h.slot)
+	}
 	s.mu.Unlock()
 }
 

@@ -13,8 +13,9 @@ import (
 
 // Release implements driver.Driver. The last release deletes the key in a
 // transaction guarded by its create revision, so it never deletes a newer
-// holder's key, nor a later grant of the same owner (each grant has a key of
-// its own).
+// holder's key, nor a later grant of the same owner (a key put again has a
+// new create revision, and a slot whose release has an unknown outcome is
+// not reused; see slots.go).
 //
 // Release is safe to call again after an outcome that was unknown (an error
 // other than ErrNotHeld): an earlier call either changed nothing, or gave up

@@ -22,9 +22,10 @@ type session struct {
 	want int64         // the TTL asked for, in seconds
 	ttl  time.Duration // the TTL the server granted (it raises one below its minimum)
 
-	mu     sync.Mutex                 // guards delays and held
+	mu     sync.Mutex                 // guards delays, held and slots
 	delays map[int64]clientv3.LeaseID // lock-delay leases by TTL in seconds (see delay.go)
 	held   map[*handle]struct{}       // grants returned and not yet released (see reap.go)
+	slots  map[string]*slots          // queue key slots in use, by lock name (see slots.go)
 	dmu    sync.Mutex                 // serialises grants of delay leases
 
 	kmu  sync.Mutex    // guards next

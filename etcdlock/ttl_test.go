@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -405,5 +406,76 @@ func TestUnrenewedGrantIsFreed(t *testing.T) {
 	}
 	if n, err := d.Release(ctx, queuetest.Lease("reap-kept", "K", gk)); err != nil || n != 0 {
 		t.Fatalf("Release of the renewed grant after %v: %d, %v", time.Since(taken).Round(time.Millisecond), n, err)
+	}
+}
+
+// TestQueueKeysAreReused: the grants of one lease on one name reuse the key
+// of the lowest free slot, whatever their owner (dlock's default owner is
+// random per Lock), so etcd's index does not grow with every Lock of a name;
+// a waiter behind a holder on the same lease gets a key of its own, and a
+// refused TryAcquire frees its slot.
+func TestQueueKeysAreReused(t *testing.T) {
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := queuetest.Ctx(t, 20*time.Second)
+	keyOf := func(g driver.Grant) string { return g.Handle.(*handle).key }
+	release := func(owner string, g driver.Grant) {
+		t.Helper()
+		if _, err := d.Release(ctx, queuetest.Lease("reuse", owner, g)); err != nil {
+			t.Fatalf("Release %s: %v", owner, err)
+		}
+	}
+	var first string
+	for i := range 20 {
+		owner := fmt.Sprintf("owner-%d", i)
+		g, err := d.TryAcquire(ctx, queuetest.Req("reuse", owner))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = keyOf(g)
+		} else if k := keyOf(g); k != first {
+			t.Fatalf("grant %d has key %q, the first had %q: a new key per Lock", i, k, first)
+		}
+		release(owner, g)
+	}
+	ga, err := d.TryAcquire(ctx, queuetest.Req("reuse", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquire(ctx, queuetest.Req("reuse", "B")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("TryAcquire of B while A holds: %v, want ErrLocked", err)
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		g, err := d.Acquire(ctx, queuetest.Req("reuse", "C"))
+		got <- result{g, err}
+	}()
+	queuetest.Eventually(t, 5*time.Second, "C queued", func() bool { return len(keys(t, d.cli, d.queuePrefix("reuse"))) == 2 })
+	release("A", ga)
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if keyOf(r.g) == keyOf(ga) || keyOf(r.g) == first {
+		t.Fatalf("C waited behind A on the same lease with key %q, A's was %q", keyOf(r.g), keyOf(ga))
+	}
+	if r.g.Token <= ga.Token {
+		t.Fatalf("token %d after %d", r.g.Token, ga.Token)
+	}
+	release("C", r.g)
+	g, err := d.TryAcquire(ctx, queuetest.Req("reuse", "D"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keyOf(g) != first {
+		t.Fatalf("after every release the key is %q, want the first slot's %q again", keyOf(g), first)
+	}
+	release("D", g)
+	if ks := keys(t, d.cli, d.queuePrefix("reuse")); len(ks) != 0 {
+		t.Fatalf("keys left: %q", ks)
 	}
 }

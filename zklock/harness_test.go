@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
@@ -265,5 +266,54 @@ func BenchmarkZKLockHotLock(b *testing.B) {
 			locks[g] = zk.NewLock(conns[g%len(conns)], path, zk.WorldACL(zk.PermAll))
 		}
 		return func(g int) error { return locks[g].Lock() }, func(g int) error { return locks[g].Unlock() }
+	})
+}
+
+// BenchmarkUncontended compares one uncontended Lock+Unlock through a dlock
+// Client (client) or the bare driver (driver) with go-zookeeper's zk.Lock
+// and with the raw floor (create an ephemeral sequential node, list the
+// queue, delete the node), interleaved in the same run (see
+// queuetest.Uncontended).
+func BenchmarkUncontended(b *testing.B) {
+	h := &harness{endpoints: shared.Endpoints(), direct: true}
+	ctx := context.Background()
+	floorOp, cleanup, err := h.AcquireReleaseFloor(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cleanup()
+	floor := func(ctx context.Context) error { return floorOp(ctx, "") }
+	name := fmt.Sprintf("bench-uncontended-%d", time.Now().UnixNano())
+	zl := zk.NewLock(newConn(b, shared.Endpoints()), "/dlock-native/"+name, zk.WorldACL(zk.PermAll))
+	peer := func(context.Context) error {
+		if err := zl.Lock(); err != nil {
+			return err
+		}
+		return zl.Unlock()
+	}
+	b.Run("client", func(b *testing.B) {
+		c := dlock.New(newTestDriver(b, shared.Endpoints(), nil), &dlock.Options{TTL: testSession})
+		defer c.Close()
+		mu := c.NewMutex(name+"-client", nil)
+		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
+			l, err := mu.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}, peer)
+	})
+	b.Run("driver", func(b *testing.B) {
+		d := newTestDriver(b, shared.Endpoints(), nil)
+		req := queuetest.Req(name+"-driver", "A")
+		req.TTL = testSession
+		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
+			g, err := d.Acquire(ctx, req)
+			if err != nil {
+				return err
+			}
+			_, err = d.Release(ctx, queuetest.Lease(req.Name, req.Owner, g))
+			return err
+		}, peer)
 	})
 }

@@ -91,3 +91,70 @@ func hotLock(b *testing.B, contenders int, lock, unlock func(g int) error) []tim
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
 	return handoffs
 }
+
+// Uncontended measures one uncontended Lock+Unlock cycle of dlock, of a
+// peer lock library and of the backend's raw floor (the fewest requests a
+// lock can cost), interleaved: each iteration runs one cycle of each, so
+// that all three see the same server and machine load. It reports the p50
+// of each in µs and the ratios dlock/peer and dlock/floor.
+func Uncontended(b *testing.B, floor, dlock, peer func(context.Context) error) {
+	ctx := context.Background()
+	cycles := []func(context.Context) error{floor, dlock, peer}
+	ds := make([][]time.Duration, len(cycles))
+	run := func(i int) {
+		t0 := time.Now()
+		if err := cycles[i](ctx); err != nil {
+			b.Fatalf("cycle %d: %v", i, err)
+		}
+		ds[i] = append(ds[i], time.Since(t0))
+	}
+	for range 20 { // warm up: connections, leases, sessions, parents
+		for i := range cycles {
+			run(i)
+		}
+	}
+	for i := range ds {
+		ds[i] = ds[i][:0]
+	}
+	b.ResetTimer()
+	for n := range b.N {
+		for k := range cycles {
+			run((n + k) % len(cycles)) // rotate who goes first
+		}
+	}
+	b.StopTimer()
+	p := make([]float64, len(ds))
+	for i := range ds {
+		p[i] = float64(locktest.Median(ds[i]).Nanoseconds()) / 1e3
+	}
+	b.ReportMetric(p[0], "floor-p50-µs")
+	b.ReportMetric(p[1], "dlock-p50-µs")
+	b.ReportMetric(p[2], "peer-p50-µs")
+	b.ReportMetric(p[1]/p[2], "dlock/peer")
+	b.ReportMetric(p[1]/p[0], "dlock/floor")
+}
+
+// Growth runs cycle (one Lock+Unlock of the same name) max(b.N, 2000) times
+// and reports the p50 of the first and of the last 1000 cycles in µs and
+// their ratio last/first, which stays near 1 when the cost of a lock does
+// not depend on how often the name was locked before. Run it with e.g.
+// -benchtime=100000x.
+func Growth(b *testing.B, cycle func(context.Context) error) {
+	ctx := context.Background()
+	n := max(b.N, 2000)
+	ds := make([]time.Duration, n)
+	b.ResetTimer()
+	for i := range n {
+		t0 := time.Now()
+		if err := cycle(ctx); err != nil {
+			b.Fatalf("cycle %d: %v", i, err)
+		}
+		ds[i] = time.Since(t0)
+	}
+	b.StopTimer()
+	first := float64(locktest.Median(ds[:1000]).Nanoseconds()) / 1e3
+	last := float64(locktest.Median(ds[n-1000:]).Nanoseconds()) / 1e3
+	b.ReportMetric(first, "first1000-p50-µs")
+	b.ReportMetric(last, "last1000-p50-µs")
+	b.ReportMetric(last/first, "last/first")
+}

@@ -1,0 +1,83 @@
+package etcdlock
+
+// Queue key slots.
+//
+// etcd keeps an index entry for every key ever written until a compaction
+// removes it, deleted keys included, and a range read walks those entries.
+// A fresh key per acquire would make every read of a queue slower the more
+// often its lock was taken (without auto-compaction, etcd 3.4's default).
+// So the keys of one lease on one name are reused: a lock's key is
+//
+//	<prefix><name>/<lease ID in hex>-<slot number, 16 hex digits>
+//
+// where the slot is the lowest one of that lease on that name that is not in
+// use. Usually a lease holds or waits for a lock once at a time, and every
+// grant of the lock on that lease is the key of slot 0: the range reads see
+// one index entry per lease, however often the lock was taken.
+//
+// A slot is in use from the acquire that takes it until the driver knows its
+// key is gone: a release, a discard after a failed acquire or a reap that
+// the server confirmed, or a Renew that found the key gone. A release whose
+// outcome is unknown keeps the slot: a later acquire of the same owner on
+// the same lease takes another slot, so it queues behind the grant whose
+// release is pending rather than adopting its key, and a retried release
+// (guarded by the grant's create revision, which a new key at the same slot
+// would not have) can delete only that grant's key. When every slot of a
+// name is free again, the name is forgotten.
+
+// slots is the slot record of one name on one lease.
+type slots struct {
+	used int      // slots in use
+	free []uint64 // free slots below next
+	next uint64   // slots from next up were never used
+}
+
+// takeSlot returns the lowest free slot of name on s, and marks it in use.
+func (s *session) takeSlot(name string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.slots == nil {
+		s.slots = map[string]*slots{}
+	}
+	sl := s.slots[name]
+	if sl == nil {
+		sl = &slots{}
+		s.slots[name] = sl
+	}
+	sl.used++
+	if len(sl.free) == 0 {
+		sl.next++
+		return sl.next - 1
+	}
+	low := 0
+	for i, n := range sl.free {
+		if n < sl.free[low] {
+			low = i
+		}
+	}
+	n := sl.free[low]
+	sl.free[low] = sl.free[len(sl.free)-1]
+	sl.free = sl.free[:len(sl.free)-1]
+	return n
+}
+
+// freeSlot records that slot n of name on s is known to have no key any
+// more. It must be called once for each takeSlot, and only then.
+func (s *session) freeSlot(name string, n uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.freeSlotLocked(name, n)
+}
+
+func (s *session) freeSlotLocked(name string, n uint64) {
+	sl := s.slots[name]
+	if sl == nil {
+		return
+	}
+	sl.used--
+	if sl.used <= 0 {
+		delete(s.slots, name)
+		return
+	}
+	sl.free = append(sl.free, n)
+}

@@ -24,6 +24,7 @@ type lease struct {
 	unlockEnd   int64
 	unlockErr   string
 	validUntil  int64 // latest ValidUntil read; 0 unknown
+	grantValid  int64 // ValidUntil read with the grant; 0 unknown
 	lastWrite   int64
 	died        int64 // the worker was killed or panicked while this lease was open
 }
@@ -34,6 +35,14 @@ func newLease(ref OpRef) *lease {
 }
 
 func (l *lease) granted() bool { return l.grant != none }
+
+// stillborn reports a grant whose holder, reading its validity with the
+// grant, found none left: its worker was stopped between Lock's return and
+// the record (a pause-holder fault on another of its goroutines), so the
+// record comes late and the holder knew at once that it held nothing. Such a
+// lease never believed itself the holder, so it overlaps nobody; its token
+// still counts.
+func (l *lease) stillborn() bool { return l.grantValid != 0 && l.grantValid <= l.grant }
 
 // believedEnd is when the holder stopped believing its lease valid: the
 // earliest of its Done, the start of its Unlock, the death of its process and
@@ -152,7 +161,7 @@ func (a *analysis) index() {
 			}
 			l.grant, l.ref.Token = e.Mono, e.Token
 			if e.ValidUntil != 0 {
-				l.validUntil = e.ValidUntil
+				l.validUntil, l.grantValid = e.ValidUntil, e.ValidUntil
 			}
 			a.rep.Grants++
 		case KindAcquireError:

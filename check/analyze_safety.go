@@ -14,16 +14,24 @@ func (a *analysis) checkOverlap() {
 				if y.grant >= end {
 					break
 				}
-				if y.grant <= x.grant {
+				if y.grant <= x.grant || y.stillborn() {
 					continue
 				}
 				a.add(Violation{Class: ClassValidityOverlap, Lock: name, From: x.grant, At: y.grant,
 					Ops: []OpRef{x.ref, y.ref},
-					Evidence: fmt.Sprintf("lock %q: %s (token %d, granted %s) believed its lease valid until %s; %s was granted token %d at %s, %s before",
-						name, x.ref, x.ref.Token, a.secs(x.grant), a.secs(end), y.ref, y.ref.Token, a.secs(y.grant), dur(end-y.grant))})
+					Evidence: fmt.Sprintf("lock %q: %s (token %d, granted %s) believed its lease valid until %s; %s was granted token %d at %s, %s before%s",
+						name, x.ref, x.ref.Token, a.secs(x.grant), a.secs(end), y.ref, y.ref.Token, a.secs(y.grant), dur(end-y.grant), a.validRead(y))})
 			}
 		}
 	}
+}
+
+// validRead describes the validity y read with its grant, for evidence.
+func (a *analysis) validRead(y *lease) string {
+	if y.grantValid == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (and read its own lease valid for %s)", dur(y.grantValid-y.grant))
 }
 
 func (a *analysis) checkWrites() {
@@ -132,7 +140,7 @@ func (a *analysis) checkLateUnlock() {
 				if y.grant >= x.unlockStart {
 					break
 				}
-				if y.grant <= x.grant {
+				if y.grant <= x.grant || y.stillborn() {
 					continue
 				}
 				a.add(Violation{Class: ClassLateUnlock, Lock: name, From: y.grant, At: x.unlockEnd,

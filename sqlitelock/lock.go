@@ -28,6 +28,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		return d.acquire.QueryRowContext(ctx, req.Name, req.Owner, ttl, delay).Scan(&fence, &count)
 	})
 	if err == nil {
+		if count == 1 {
+			d.sig.grant(req.Name, req.Owner)
+		}
 		return driver.Grant{Token: uint64(fence), Count: count, TTL: time.Duration(ttl) * time.Millisecond}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
@@ -81,10 +84,14 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return d.release.QueryRowContext(ctx, l.Name, l.Owner, int64(l.Token)).Scan(&count)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
+		d.sig.released(l.Name, l.Owner)
 		return 0, fmt.Errorf("sqlitelock: release %q: %w", l.Name, driver.ErrNotHeld)
 	}
 	if err != nil {
 		return 0, d.wrap(ctx, "release", err)
+	}
+	if count == 0 {
+		d.sig.released(l.Name, l.Owner)
 	}
 	return count, nil
 }

@@ -134,6 +134,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	}
 	for i, l := range ls {
 		if !renewed[renewItem{l.Name, l.Owner, int64(l.Token)}] {
+			d.sig.released(l.Name, l.Owner)
 			errs[i] = fmt.Errorf("sqlitelock: renew %q: %w", l.Name, driver.ErrNotHeld)
 		}
 	}

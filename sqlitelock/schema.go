@@ -59,6 +59,15 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 		return nil, openurl.Invalid("Table", "sqlitelock: table %s exists but is not a dlock table: %v", table, err)
 	}
 
+	// The companion file for wake-ups sits next to the main database file.
+	var file string
+	if err := d.retryBusy(ctx, func() error {
+		return db.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file)
+	}); err != nil {
+		return nil, fmt.Errorf("sqlitelock: open database: %w", err)
+	}
+	d.sig = newSignal(file)
+
 	stmts := []struct {
 		dst   **sql.Stmt
 		query string
@@ -102,6 +111,7 @@ WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name`},
 		st, err := db.PrepareContext(ctx, s.query)
 		if err != nil {
 			d.closeStmts()
+			d.sig.close()
 			return nil, fmt.Errorf("sqlitelock: prepare: %w", err)
 		}
 		*s.dst = st

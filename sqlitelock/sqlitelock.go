@@ -79,6 +79,8 @@ type Driver struct {
 	table                                        string // quoted
 	acquire, info, releaseLast, release, inspect *sql.Stmt
 
+	sig *signal // wake-up signals; nil when the database has no file
+
 	renewMu    sync.Mutex
 	renewStmts map[int]*sql.Stmt // by batch size, see renewSizes
 
@@ -91,6 +93,7 @@ var (
 	_ driver.Driver    = (*Driver)(nil)
 	_ driver.Inspector = (*Driver)(nil)
 	_ driver.Limiter   = (*Driver)(nil)
+	_ driver.Notifier  = (*Driver)(nil)
 )
 
 // errClosed is returned by every call after Close. It wraps
@@ -193,6 +196,7 @@ func (d *Driver) Limits() driver.Limits {
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
+		d.sig.close()
 		d.closeStmts()
 		if d.ownDB {
 			if err := d.db.Close(); err != nil {

@@ -62,8 +62,11 @@ func WakeFair(b *testing.B, open Open) {
 				close(got)
 				return
 			}
-			got <- time.Now()
-			_ = l.Unlock(ctx)
+			at := time.Now()
+			if err := l.Unlock(ctx); err != nil {
+				b.Error(err)
+			}
+			got <- at
 		}()
 		hold(20 * time.Millisecond)
 		t0 := time.Now()

@@ -1,0 +1,216 @@
+package sqlcommon
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Wake-up signals for backends without notification (MySQL, SQLite). A
+// holder keeps a companion signal (a GET_LOCK name, a byte lock on a file)
+// while it holds a lock; a waiter blocks until the signal is free and then
+// tries the lock. The grant itself stays the backend's atomic statement: a
+// wake only says "try now", so a missed or spurious one costs latency,
+// never safety.
+
+// Outcome is what one Waiter.Wait saw.
+type Outcome int
+
+const (
+	// Released: a holder kept the signal and has let it go (released, or
+	// its session or process ended). The first subscriber is woken at once.
+	Released Outcome = iota
+	// NoHolder: nobody kept the signal: the lock is free, about to be
+	// taken, or held by a holder that does not signal (crashed, older
+	// code). The first subscriber is woken on a backoff (2ms doubling to
+	// 1s), so such a lock is polled as before.
+	NoHolder
+	// StillHeld: the wait ran out with the holder still signalling; it is
+	// simply made again.
+	StillHeld
+)
+
+// Waiter waits on one lock name's signal for a Watches.
+type Waiter interface {
+	// Wait checks whether a holder keeps the signal and, if one does,
+	// waits until it lets go, ctx ends or a time of the Waiter's choosing
+	// passes. It must not keep the signal itself past its return.
+	Wait(ctx context.Context) (Outcome, error)
+	// Close frees what the Waiter holds (a connection, a file).
+	Close()
+}
+
+// Watches implements driver.Notifier over Waiters: one Waiter and one
+// goroutine per name with subscribers, shared by them all, waking the
+// longest-waiting subscriber first. All methods are safe for concurrent
+// use. The zero value is not usable; use NewWatches.
+type Watches struct {
+	open func(ctx context.Context, name string) (Waiter, error)
+
+	ctx    context.Context // ends with Close
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	watches map[string]*watch
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewWatches returns a Watches whose Waiters open makes.
+func NewWatches(open func(ctx context.Context, name string) (Waiter, error)) *Watches {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Watches{open: open, ctx: ctx, cancel: cancel, watches: map[string]*watch{}}
+}
+
+// Subscribe implements driver.Notifier.
+func (ws *Watches) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed {
+		return nil, errors.New("driver is closed")
+	}
+	w := ws.watches[name]
+	if w == nil {
+		wt, err := ws.open(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		w = &watch{ws: ws, name: name, w: wt, idle: make(chan struct{}, 1)}
+		ws.watches[name] = w
+		ws.wg.Add(1)
+		go w.run()
+	}
+	sub := &subscription{w: w, c: make(chan struct{}, 1)}
+	w.subs = append(w.subs, sub)
+	return sub, nil
+}
+
+// Close stops every watch and waits for their goroutines when wait is
+// true. A Waiter whose Wait cannot be interrupted (a kernel file lock)
+// ends when its signal is next free; pass wait false for those.
+func (ws *Watches) Close(wait bool) {
+	ws.mu.Lock()
+	ws.closed = true
+	ws.mu.Unlock()
+	ws.cancel()
+	if wait {
+		ws.wg.Wait()
+	}
+}
+
+type watch struct {
+	ws   *Watches
+	name string
+	w    Waiter
+	idle chan struct{} // signalled when the last subscriber leaves
+	subs []*subscription
+}
+
+func (w *watch) run() {
+	defer w.ws.wg.Done()
+	defer w.w.Close()
+	ctx := w.ws.ctx
+	backoff := 2 * time.Millisecond
+	for {
+		o, err := w.w.Wait(ctx)
+		if err != nil || ctx.Err() != nil {
+			w.end()
+			return
+		}
+		switch o {
+		case Released:
+			backoff = 2 * time.Millisecond
+		case NoHolder:
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+			case <-w.idle:
+			case <-t.C:
+			}
+			t.Stop()
+			backoff = min(backoff*2, time.Second)
+		}
+		if !w.wakeFirst(o != StillHeld) {
+			return
+		}
+	}
+}
+
+// wakeFirst wakes the longest-waiting subscriber when wake is true; false
+// (and the watch is removed) when there is no subscriber left or the
+// Watches closed.
+func (w *watch) wakeFirst(wake bool) bool {
+	ws := w.ws
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.closed || len(w.subs) == 0 {
+		delete(ws.watches, w.name)
+		return false
+	}
+	if wake {
+		w.subs[0].wake()
+	}
+	return true
+}
+
+// end removes the watch after its Waiter failed: every subscriber gets one
+// last wake, and then polls.
+func (w *watch) end() {
+	ws := w.ws
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.watches[w.name] == w {
+		delete(ws.watches, w.name)
+	}
+	for _, s := range w.subs {
+		s.wake()
+	}
+	w.subs = nil
+}
+
+type subscription struct {
+	w    *watch
+	c    chan struct{}
+	once sync.Once
+}
+
+func (s *subscription) C() <-chan struct{} { return s.c }
+
+func (s *subscription) wake() {
+	select {
+	case s.c <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the subscription; an unconsumed wake passes to the next
+// subscriber. It is idempotent.
+func (s *subscription) Close() error {
+	s.once.Do(func() {
+		w := s.w
+		w.ws.mu.Lock()
+		defer w.ws.mu.Unlock()
+		for i, x := range w.subs {
+			if x == s {
+				w.subs = append(w.subs[:i], w.subs[i+1:]...)
+				break
+			}
+		}
+		if len(w.subs) == 0 {
+			select {
+			case w.idle <- struct{}{}:
+			default:
+			}
+			return
+		}
+		select {
+		case <-s.c:
+			w.subs[0].wake()
+		default:
+		}
+	})
+	return nil
+}

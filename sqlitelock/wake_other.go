@@ -1,0 +1,14 @@
+//go:build !linux
+
+package sqlitelock
+
+import (
+	"errors"
+	"os"
+)
+
+// openLocker: wake-up signals need Linux open-file-description locks;
+// elsewhere waiters poll.
+func openLocker(string, bool, os.FileMode) (fileLocker, error) {
+	return nil, errors.New("sqlitelock: wake-up signals need Linux")
+}

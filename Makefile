@@ -20,7 +20,7 @@ BENCHTIME ?= 1s
 CI_ALLOWED_SKIPS ?= session-bound backend: a lease lives as long as its session|only runs as a child of the multi-process tests
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test deps lint tidy-check bench check-fresh
+.PHONY: all test deps lint tidy-check bench bench-peers check-fresh
 
 all: test
 
@@ -36,14 +36,27 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@$(GO) vet $(PKGS)
 	@$(GO) run $(STATICCHECK) $(PKGS)
+	@cd bench/peers && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	@echo "lint: gofmt, go vet and staticcheck clean"
 
 # tidy-check fails when go.mod or go.sum is not what `go mod tidy` would write.
 tidy-check:
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum not tidy: run 'go mod tidy'"; $(GO) mod tidy -diff; exit 1; }
+	@cd bench/peers && { $(GO) mod tidy -diff >/dev/null || { echo "bench/peers: go.mod/go.sum not tidy: run 'go mod tidy' there"; $(GO) mod tidy -diff; exit 1; }; }
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout $(TIMEOUT) $(PKGS)
+
+# bench-peers compares dlock with redsync, bsm/redislock, etcd's
+# concurrency.Mutex, go-zookeeper's zk.Lock and hand-written pg_advisory_lock /
+# GET_LOCK on throwaway servers (bench/run starts them), interleaved in one
+# process, and writes bench/peers/results.md and SVG plots (about 10 minutes;
+# PEERSFLAGS="-scale 0.2 -held 0,1000" for a quick look,
+# BENCH_ONLY=redis,etcd for some backends). docs/performance.md explains it.
+PEERSFLAGS ?=
+BENCH_ONLY ?= redis,redlock,etcd,zk,postgres,mysql,sqlite
+bench-peers: deps
+	$(GO) run ./bench/run -only $(BENCH_ONLY) -- -out bench/peers $(PEERSFLAGS)
 
 # check-fresh runs `make test` in a clean clone of HEAD, as a new machine would
 # see the repository (uncommitted changes are not included).

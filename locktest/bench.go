@@ -93,10 +93,10 @@ func (s *suite) benchAcquireRelease(b *testing.B) {
 	lockOp := func(ctx context.Context) error {
 		l, err := m.TryLock(ctx)
 		if err != nil {
-			return fmt.Errorf("TryLock: %w", err)
+			return fmt.Errorf("lock: %w", err)
 		}
 		if err := l.Unlock(ctx); err != nil {
-			return fmt.Errorf("Unlock: %w", err)
+			return fmt.Errorf("unlock: %w", err)
 		}
 		return nil
 	}

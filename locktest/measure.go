@@ -280,8 +280,8 @@ type HoldFunc func(ctx context.Context, i int) (release func(ctx context.Context
 // HeldLevel is one point of ManyHeld.
 type HeldLevel struct {
 	// Held is how many other locks were held while op ran.
-	Held int
-	Op   Stats
+	Held int   `json:"held"`
+	Op   Stats `json:"op"`
 }
 
 // HeldResult is what ManyHeld measured.

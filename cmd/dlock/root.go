@@ -57,6 +57,6 @@ on first use. Supported schemes: ` + schemeList() + `.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErr(fmt.Errorf("%s: %w (see '%s --help')", cmd.Name(), err, cmd.CommandPath()))
 	})
-	root.AddCommand(newRunCmd(e), newStatusCmd(e), newCheckCmd(e), newCheckWorkerCmd())
+	root.AddCommand(newRunCmd(e), newStatusCmd(e), newCheckCmd(e), newCheckWorkerCmd(), newBenchCmd(e))
 	return root
 }

@@ -29,6 +29,9 @@ import (
 //
 // The measuring itself is done by Interleave and HotLock (measure.go), which
 // "dlock bench" and the peer comparison in bench/peers use too.
+//   - Wake: release → grant of one waiter blocked on another client;
+//     metrics wake-p50-µs and wake-p99-µs (each round lets the waiter settle
+//     for WakeSettle first).
 //   - ManyLocks: independent locks in parallel.
 //   - Renew/leases=N: N held leases (Config.RenewLeases, default 10,000) on
 //     one client renewing;
@@ -49,6 +52,7 @@ func RunBenchmarks(b *testing.B, newHarness NewHarness) {
 	for _, n := range []int{8, 32} {
 		b.Run(fmt.Sprintf("HotLock/contenders=%d", n), func(b *testing.B) { s.benchHotLock(b, n) })
 	}
+	b.Run("Wake", s.benchWake)
 	b.Run("ManyLocks", s.benchManyLocks)
 	var rs *renewState
 	n := cfg.RenewLeases
@@ -159,6 +163,22 @@ func (s *suite) benchHotLock(b *testing.B, contenders int) {
 	b.ReportMetric(r.OpsPerSec(), "ops/s")
 	b.ReportMetric(100*r.RetakeShare(), "retake-%")
 	ReportHandoffs(b, r.Handoffs, rtt)
+}
+
+func (s *suite) benchWake(b *testing.B) {
+	ctx := context.Background()
+	name := uniqueName(b)
+	holder := MutexLocker(s.benchClient(b, nil).NewMutex(name, nil))
+	waiter := MutexLocker(s.benchClient(b, nil).NewMutex(name, nil))
+	b.ResetTimer()
+	ds, err := Wake(ctx, Budget{Max: b.N}, WakeSettle, holder, waiter)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("wake: %v", err)
+	}
+	st := Summarize(ds)
+	b.ReportMetric(float64(st.P50)/float64(time.Microsecond), "wake-p50-µs")
+	b.ReportMetric(float64(st.P99)/float64(time.Microsecond), "wake-p99-µs")
 }
 
 // MutexLocker is the LockFunc of m: Lock, and the lease's Unlock.

@@ -32,8 +32,12 @@ var ourParams = []string{"key_prefix"}
 
 // OpenURL opens a driver for redis://[user:password@]host[:port][/db][?…]
 // or rediss:// (TLS) over a go-redis client of its own, which Close closes.
-// The parameter key_prefix sets Options.KeyPrefix; every other parameter
-// goes to go-redis (redis.ParseURL: pool_size, dial_timeout, …), which
+// The parameter key_prefix sets Options.KeyPrefix. TLS: rediss:// or
+// tls=true; ca_file (PEM CAs to trust instead of the system's), cert_file
+// and key_file (a client certificate, for servers with tls-auth-clients)
+// and server_name (the name to verify instead of the host) each imply TLS,
+// so a URL that names them never connects in plaintext. Every other
+// parameter goes to go-redis (redis.ParseURL: pool_size, dial_timeout, …), which
 // refuses unknown ones by name. The client gets ContextTimeoutEnabled, one
 // dial per attempt and, unless max_retries is given, no retries (a script
 // whose reply was lost must not run twice). A malformed URL or a bad value
@@ -75,9 +79,16 @@ func parseURL(u *url.URL) (*redis.Options, *Options, error) {
 			q.Del(p)
 		}
 	}
+	tp, useTLS, err := openurl.TakeTLSOn(q)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redislock: %w", err)
+	}
 	retries := q.Has("max_retries")
 	ru := *u
 	ru.RawQuery = q.Encode()
+	if useTLS {
+		ru.Scheme = SchemeTLS
+	}
 	opt, err := redis.ParseURL(ru.String())
 	if err != nil {
 		var uerr *url.Error
@@ -85,6 +96,11 @@ func parseURL(u *url.URL) (*redis.Options, *Options, error) {
 			err = uerr.Err // its text is the whole URL, password included
 		}
 		return nil, nil, fmt.Errorf("redislock: invalid URL: %w", openurl.RedactError(err, u))
+	}
+	if opt.TLSConfig != nil {
+		if err := tp.Apply(opt.TLSConfig); err != nil {
+			return nil, nil, fmt.Errorf("redislock: %w", err)
+		}
 	}
 	opt.ContextTimeoutEnabled = true
 	// One dial per attempt: a dead node should fail fast, not retry

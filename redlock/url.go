@@ -28,7 +28,10 @@ func init() {
 // OpenURL opens a driver for redlock://[user:password@]h1:port,h2:port,…[/db][?…]
 // over go-redis clients of its own, one per node, which Close closes.
 // Parameters key_prefix and node_timeout set Options; tls=true connects
-// with TLS (as rediss://); every other parameter goes to go-redis for each
+// with TLS (as rediss://), and so do ca_file (PEM CAs to trust instead of
+// the system's), cert_file and key_file (a client certificate) and
+// server_name (the name to verify instead of each node's host), which
+// therefore never connect in plaintext; every other parameter goes to go-redis for each
 // node, which refuses unknown ones by name. Each client gets
 // ContextTimeoutEnabled, one dial per attempt and, unless max_retries is
 // given, no retries. A malformed URL or a bad value is refused with an error
@@ -96,15 +99,12 @@ func parseURL(u *url.URL) ([]*redis.Options, *Options, error) {
 		o.NodeTimeout = t
 		q.Del("node_timeout")
 	}
-	if v, ok := q["tls"]; ok {
-		switch v[len(v)-1] {
-		case "true", "1":
-			scheme = "rediss"
-		case "false", "0":
-		default:
-			return nil, nil, fmt.Errorf("redlock: URL parameter tls: want true or false, got %q", v[len(v)-1])
-		}
-		q.Del("tls")
+	tp, useTLS, err := openurl.TakeTLSOn(q)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redlock: %w", err)
+	}
+	if useTLS {
+		scheme = "rediss"
 	}
 	retries := q.Has("max_retries")
 	seen := map[string]bool{}
@@ -126,6 +126,11 @@ func parseURL(u *url.URL) ([]*redis.Options, *Options, error) {
 			return nil, nil, fmt.Errorf("redlock: node %s is listed twice", opt.Addr)
 		}
 		seen[opt.Addr] = true
+		if opt.TLSConfig != nil {
+			if err := tp.Apply(opt.TLSConfig); err != nil {
+				return nil, nil, fmt.Errorf("redlock: %w", err)
+			}
+		}
 		opt.ContextTimeoutEnabled = true
 		// One dial per attempt: a dead node should fail fast, not retry
 		// until the node timeout.

@@ -3,6 +3,8 @@ package testserver
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -23,6 +25,15 @@ type RedisOptions struct {
 	// Faketime runs the server under libfaketime, so SetClockOffset can jump
 	// its clock (TIME, key expiry). Default off.
 	Faketime bool
+	// TLS, when set, makes the server speak only TLS on its port with
+	// TLS's server certificate (the URL is then rediss://). Default plain.
+	TLS *TLS
+	// ClientAuth makes a TLS server require a client certificate signed by
+	// TLS's CA. Default off: clients need none.
+	ClientAuth bool
+	// Password, when set, is required of every client (requirepass; the
+	// default user's password). It is not put in the URL.
+	Password string
 }
 
 // Redis starts a redis-server for t and stops it at t's cleanup. It skips t
@@ -34,8 +45,8 @@ type RedisOptions struct {
 func Redis(t testing.TB, o *RedisOptions) *Server {
 	t.Helper()
 	if urls := envList("DLOCK_TEST_REDIS_URL"); len(urls) > 0 {
-		if o != nil && (o.AppendOnly || o.Faketime) {
-			t.Skip("testserver: DLOCK_TEST_REDIS_URL is set, and an external Redis cannot guarantee AppendOnly or Faketime")
+		if o != nil && (o.AppendOnly || o.Faketime || o.TLS != nil || o.Password != "") {
+			t.Skip("testserver: DLOCK_TEST_REDIS_URL is set, and an external Redis cannot guarantee AppendOnly, Faketime, TLS or Password")
 		}
 		s, err := externalServer("redis", urls[0])
 		return forTest(t, s, err)
@@ -109,6 +120,9 @@ func startRedis(o *RedisOptions) (*Server, error) {
 		return nil, err
 	}
 	s.url = "redis://" + s.addr + "/0"
+	if o.TLS != nil {
+		s.url = "rediss://" + s.addr + "/0"
+	}
 	if o.Faketime {
 		s.preload = []string{"libc.so.6"} // see faketimeEnv
 		if err := s.setupFaketime(); err != nil {
@@ -119,7 +133,6 @@ func startRedis(o *RedisOptions) (*Server, error) {
 	s.initData = func() error { return os.MkdirAll(s.dataDir, 0o755) }
 	s.command = func() *exec.Cmd {
 		args := []string{
-			"--port", strconv.Itoa(s.port),
 			"--bind", "127.0.0.1",
 			"--dir", s.dataDir,
 			"--daemonize", "no",
@@ -128,6 +141,10 @@ func startRedis(o *RedisOptions) (*Server, error) {
 			"--logfile", "",
 			"--save", "",
 		}
+		args = append(args, redisTLSArgs(s.port, o)...)
+		if o.Password != "" {
+			args = append(args, "--requirepass", o.Password)
+		}
 		if o.AppendOnly {
 			args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 		} else {
@@ -135,16 +152,37 @@ func startRedis(o *RedisOptions) (*Server, error) {
 		}
 		return exec.Command(bin, args...)
 	}
-	s.ready = func(ctx context.Context) error { return redisPing(ctx, s.addr) }
+	s.ready = func(ctx context.Context) error { return redisPing(ctx, s.addr, o) }
 	if err := s.launch(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// redisPing sends PING in RESP and expects +PONG (a loading server answers
-// -LOADING, which counts as not ready).
-func redisPing(ctx context.Context, addr string) error {
+// redisTLSArgs returns the port arguments of redis-server: a plain port, or
+// with o.TLS a TLS port and no plain one.
+func redisTLSArgs(port int, o *RedisOptions) []string {
+	if o.TLS == nil {
+		return []string{"--port", strconv.Itoa(port)}
+	}
+	auth := "no"
+	if o.ClientAuth {
+		auth = "yes"
+	}
+	return []string{
+		"--port", "0",
+		"--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", o.TLS.ServerCertFile,
+		"--tls-key-file", o.TLS.ServerKeyFile,
+		"--tls-ca-cert-file", o.TLS.CAFile,
+		"--tls-auth-clients", auth,
+	}
+}
+
+// redisPing sends PING in RESP (after AUTH when o has a password, over TLS
+// when o has TLS) and expects +PONG (a loading server answers -LOADING,
+// which counts as not ready).
+func redisPing(ctx context.Context, addr string, o *RedisOptions) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -154,10 +192,31 @@ func redisPing(ctx context.Context, addr string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
+	if o.TLS != nil {
+		tc, err := o.TLS.ClientConfig(true)
+		if err != nil {
+			return err
+		}
+		c = tls.Client(c, tc)
+	}
+	r := bufio.NewReader(c)
+	if o.Password != "" {
+		cmd := fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(o.Password), o.Password)
+		if _, err := c.Write([]byte(cmd)); err != nil {
+			return err
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(line) != "+OK" {
+			return errors.New("AUTH refused")
+		}
+	}
 	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := r.ReadString('\n')
 	if err != nil {
 		return err
 	}

@@ -187,6 +187,11 @@ type handle struct {
 	delay   atomic.Int64 // the lock-delay of the last guard written, a time.Duration
 
 	confirmed sessionlock.Stamp // send time of the last request that proved the grant (see reap.go)
+
+	// Guarded by sess.mu (see slots.go):
+	pending int  // plain deletes of the key sent by Release and not answered
+	stale   bool // a plain delete of the key has an unknown outcome
+	freed   bool // the key's slot was freed
 }
 
 // New returns a driver over cli. The driver does not close cli: Close stops

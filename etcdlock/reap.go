@@ -36,14 +36,12 @@ func (s *session) track(h *handle) {
 }
 
 // untrack forgets h: its key is known to be gone (released, reaped, or
-// found gone), so its slot is free again. Only the first call for h frees
-// the slot.
+// found gone). Its slot is freed unless a plain delete of the key may still
+// be on its way (see slots.go).
 func (s *session) untrack(h *handle) {
 	s.mu.Lock()
-	if _, ok := s.held[h]; ok {
-		delete(s.held, h)
-		s.freeSlotLocked(h.name, h.slot)
-	}
+	delete(s.held, h)
+	s.settleLocked(h)
 	s.mu.Unlock()
 }
 

@@ -11,11 +11,12 @@ import (
 	"github.com/dlock/dlock/internal/ctxerr"
 )
 
-// Release implements driver.Driver. The last release deletes the key in a
-// transaction guarded by its create revision, so it never deletes a newer
-// holder's key, nor a later grant of the same owner (a key put again has a
-// new create revision, and a slot whose release has an unknown outcome is
-// not reused; see slots.go).
+// Release implements driver.Driver. The last release deletes the grant's
+// key, which is its lease's alone, so it never deletes another holder's key;
+// nor a later grant of the same owner: the key's slot is not reused while a
+// delete of it may be on its way or had an unknown outcome (see slots.go).
+// When the grant wrote a lock-delay guard, the key and the guard are deleted
+// in one transaction guarded by the key's create revision.
 //
 // Release is safe to call again after an outcome that was unknown (an error
 // other than ErrNotHeld): an earlier call either changed nothing, or gave up
@@ -37,15 +38,45 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if nested || err != nil {
 		return n, err
 	}
-	// While the key is ours no other holder can have written the guard, so
-	// the guard (if any) is ours too.
-	ops := []clientv3.Op{clientv3.OpDelete(hd.key)}
 	if hd.guarded.Load() {
-		ops = append(ops, clientv3.OpDelete(d.guardKey(l.Name)))
+		return d.releaseGuarded(ctx, hd, l.Name)
 	}
+	s := hd.sess
+	s.mu.Lock()
+	if _, held := s.held[hd]; !held {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("etcdlock: key %q with revision %d is gone: %w", hd.key, hd.rev, driver.ErrNotHeld)
+	}
+	hd.pending++
+	s.mu.Unlock()
+	// A plain delete: while it may be on its way, the key's slot is not
+	// taken again, so it can only delete this grant's key (see slots.go).
+	resp, err := d.cli.Delete(ctx, hd.key)
+	s.mu.Lock()
+	hd.pending--
+	if err != nil {
+		// Still tracked: if no retry gets through, the keepalive loop
+		// deletes the key once the grant's TTL has passed unconfirmed.
+		hd.stale = true
+		s.mu.Unlock()
+		return 0, ctxerr.Wrap(ctx, "etcdlock: release", err)
+	}
+	delete(s.held, hd)
+	s.settleLocked(hd)
+	s.mu.Unlock()
+	if resp.Deleted == 0 {
+		return 0, fmt.Errorf("etcdlock: key %q with revision %d is gone: %w", hd.key, hd.rev, driver.ErrNotHeld)
+	}
+	return 0, nil
+}
+
+// releaseGuarded deletes hd's key and the lock-delay guard of name in one
+// transaction guarded by the key's create revision: while the key is ours
+// no other holder can have written the guard, so the guard is ours too.
+func (d *Driver) releaseGuarded(ctx context.Context, hd *handle, name string) (int, error) {
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", hd.rev)).
-		Then(ops...).
+		Then(clientv3.OpDelete(hd.key), clientv3.OpDelete(d.guardKey(name))).
 		Commit()
 	if err != nil {
 		// Still tracked: if no retry gets through, the keepalive loop

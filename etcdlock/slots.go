@@ -20,10 +20,22 @@ package etcdlock
 // the server confirmed, or a Renew that found the key gone. A release whose
 // outcome is unknown keeps the slot: a later acquire of the same owner on
 // the same lease takes another slot, so it queues behind the grant whose
-// release is pending rather than adopting its key, and a retried release
-// (guarded by the grant's create revision, which a new key at the same slot
-// would not have) can delete only that grant's key. When every slot of a
-// name is free again, the name is forgotten.
+// release is pending rather than adopting its key. When every slot of a name
+// is free again, the name is forgotten.
+//
+// Release deletes the key with a plain delete, not a transaction guarded by
+// the grant's create revision: on etcd 3.4 a transaction that writes costs
+// about 60µs more than a plain delete (it first reads on a copy of the
+// backend's write buffer). That is safe because a plain delete of a key can
+// only delete the grant it was sent for: the key is this lease's alone, and
+// its slot is not taken again while any plain delete of it may still reach
+// the server. A slot is freed only when the key is known gone, no Release of
+// the grant is in flight (pending), and no plain delete ever ended with an
+// unknown outcome (stale): such a slot stays in use until the lease ends, and
+// later grants take other slots. A Release of a grant whose key is known
+// gone returns ErrNotHeld without a request. Every other delete (a discard,
+// a reap, a release that also deletes a lock-delay guard) is guarded by the
+// create revision.
 
 // slots is the slot record of one name on one lease.
 type slots struct {
@@ -80,4 +92,15 @@ func (s *session) freeSlotLocked(name string, n uint64) {
 		return
 	}
 	sl.free = append(sl.free, n)
+}
+
+// settleLocked frees h's slot once h's key is known gone (h is no longer
+// held), no plain delete of it is in flight and none had an unknown outcome.
+// s.mu must be held.
+func (s *session) settleLocked(h *handle) {
+	if _, held := s.held[h]; held || h.pending > 0 || h.stale || h.freed {
+		return
+	}
+	h.freed = true
+	s.freeSlotLocked(h.name, h.slot)
 }

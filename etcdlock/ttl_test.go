@@ -479,3 +479,39 @@ func TestQueueKeysAreReused(t *testing.T) {
 		t.Fatalf("keys left: %q", ks)
 	}
 }
+
+// TestSlotOfUnknownReleaseIsNotReused: Release deletes a key without a
+// create-revision guard, so a key whose delete had an unknown outcome (a
+// request that may still reach the server) must never be put again for a
+// later grant, even after a retried Release deleted it.
+func TestSlotOfUnknownReleaseIsNotReused(t *testing.T) {
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := queuetest.Ctx(t, 20*time.Second)
+	g1, err := d.TryAcquire(ctx, queuetest.Req("stale-slot", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := d.Release(cancelled, queuetest.Lease("stale-slot", "A", g1)); err == nil || errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("Release on a cancelled context: %v, want an unknown outcome", err)
+	}
+	if _, err := d.Release(ctx, queuetest.Lease("stale-slot", "A", g1)); err != nil {
+		t.Fatalf("retried Release: %v", err)
+	}
+	for range 3 {
+		g2, err := d.TryAcquire(ctx, queuetest.Req("stale-slot", "B"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k1, k2 := g1.Handle.(*handle).key, g2.Handle.(*handle).key; k1 == k2 {
+			t.Fatalf("a later grant reuses key %q, whose delete had an unknown outcome", k2)
+		}
+		if _, err := d.Release(ctx, queuetest.Lease("stale-slot", "B", g2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := d.Release(ctx, queuetest.Lease("stale-slot", "A", g1)); !errors.Is(err, driver.ErrNotHeld) {
+		t.Fatalf("third Release of the first grant: %v, want ErrNotHeld", err)
+	}
+}

@@ -27,20 +27,31 @@ func init() { dlock.Register(Scheme, OpenURL) }
 const maxURLConns = 32
 
 // OpenURL opens the driver a mysql:// URL describes (see the package doc):
-// mode and table are Options, every other parameter goes to
-// go-sql-driver/mysql's DSN. The port defaults to 3306; the database is
+// mode and table are Options; ca_file (PEM CAs to trust), cert_file and
+// key_file (a client certificate) and server_name (the name to verify
+// instead of the host) ask for verified TLS without plaintext fallback, as
+// on every TLS-capable backend; every other parameter goes to
+// go-sql-driver/mysql's DSN (tls=true verifies against the system's roots;
+// without tls the connection is plaintext). The port defaults to 3306; the database is
 // required. The driver owns the *sql.DB it opens (Close closes it) and has
 // created its lock table when OpenURL returns. A malformed URL or a bad
 // value is refused with an error wrapping driver.ErrInvalid; no error
 // carries the URL's password.
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	opts, dsn, err := parseURL(u)
+	rest, tc, err := takeTLS(u)
+	if err != nil {
+		return nil, openurl.BadURL("%w", err)
+	}
+	opts, dsn, err := parseURL(rest)
 	if err != nil {
 		return nil, openurl.BadURL("%w", openurl.RedactError(err, u))
 	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, openurl.BadURL("%w", openurl.RedactError(fmt.Errorf("mysqllock: %w", err), u))
+	}
+	if tc != nil {
+		cfg.TLS = tc // verified, and no fallback to plaintext
 	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {

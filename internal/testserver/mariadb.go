@@ -32,8 +32,8 @@ func MariaDB(t testing.TB) *Server {
 func MariaDBWith(t testing.TB, o *SQLOptions) *Server {
 	t.Helper()
 	if env := strings.TrimSpace(os.Getenv("DLOCK_TEST_MYSQL_URL")); env != "" {
-		if o != nil && o.Faketime {
-			t.Skip("testserver: DLOCK_TEST_MYSQL_URL is set, and an external MySQL cannot run under Faketime")
+		if o != nil && (o.Faketime || o.TLS != nil) {
+			t.Skip("testserver: DLOCK_TEST_MYSQL_URL is set, and an external MySQL cannot run under Faketime or with the test's TLS")
 		}
 		s, err := externalServer("mariadb", env)
 		if err == nil {
@@ -126,6 +126,12 @@ func startMariaDB(o *SQLOptions) (*Server, error) {
 			"--performance-schema=OFF",
 			"--max-connections=500",
 		}, common...)
+		if o.TLS != nil {
+			args = append(args,
+				"--ssl-ca="+o.TLS.CAFile,
+				"--ssl-cert="+o.TLS.ServerCertFile,
+				"--ssl-key="+o.TLS.ServerKeyFile)
+		}
 		return exec.Command(mariadbd, args...)
 	}
 	admin := "root@tcp(" + s.addr + ")/?timeout=5s"

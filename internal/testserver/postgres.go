@@ -23,6 +23,15 @@ type SQLOptions struct {
 	// Faketime runs the server under libfaketime, so SetClockOffset can jump
 	// its wall clock (now(), NOW()). Default off.
 	Faketime bool
+	// TLS, when set, turns on TLS with TLS's server certificate, and its CA
+	// verifies client certificates. Plain connections stay allowed (the
+	// harness's own probes use them); tests create users that require TLS
+	// (MariaDB's REQUIRE SSL or X509, PostgreSQL's HBA lines). Default off.
+	TLS *TLS
+	// HBA lines (PostgreSQL only) go before the default "host all all
+	// 127.0.0.1/32 trust" in pg_hba.conf, which PostgreSQL reads first to
+	// last: e.g. "hostssl all pwuser 127.0.0.1/32 scram-sha-256".
+	HBA []string
 }
 
 // Postgres starts a PostgreSQL server for t and stops it at t's cleanup: a

@@ -30,8 +30,12 @@ func init() {
 const urlMaxConns = 32
 
 // OpenURL opens the driver a postgres:// or postgresql:// URL describes
-// (see the package doc): mode and table are Options, every other parameter
-// goes to pgx. The driver owns the pool it opens (Close closes it) and has
+// (see the package doc): mode and table are Options; ca_file, cert_file,
+// key_file and server_name, the TLS parameters every TLS-capable backend
+// takes, become pgx's sslrootcert, sslcert, sslkey and a server name to
+// verify, with sslmode=verify-full unless verify-ca is given; every other
+// parameter goes to pgx. pgx's default sslmode is prefer: TLS without
+// verification, falling back to plaintext. The driver owns the pool it opens (Close closes it) and has
 // created its lock table when OpenURL returns. A malformed URL or a bad
 // value is refused with an error wrapping driver.ErrInvalid; no error
 // carries the URL's password.
@@ -40,10 +44,17 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, openurl.BadURL("%w", openurl.RedactError(err, u))
 	}
+	q := rest.Query()
+	serverName, err := takeTLS(q)
+	if err != nil {
+		return nil, openurl.BadURL("%w", err)
+	}
+	rest.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(rest.String())
 	if err != nil {
 		return nil, openurl.BadURL("%w", openurl.RedactError(fmt.Errorf("pglock: %w", err), u))
 	}
+	setServerName(&cfg.ConnConfig.Config, serverName)
 	if !rest.Query().Has("pool_max_conns") {
 		cfg.MaxConns = urlMaxConns
 	}

@@ -50,8 +50,8 @@ func Postgres(t testing.TB) *Server {
 func PostgresWith(t testing.TB, o *SQLOptions) *Server {
 	t.Helper()
 	if env := strings.TrimSpace(os.Getenv("DLOCK_TEST_POSTGRES_URL")); env != "" {
-		if o != nil && o.Faketime {
-			t.Skip("testserver: DLOCK_TEST_POSTGRES_URL is set, and an external PostgreSQL cannot run under Faketime")
+		if o != nil && (o.Faketime || o.TLS != nil || len(o.HBA) > 0) {
+			t.Skip("testserver: DLOCK_TEST_POSTGRES_URL is set, and an external PostgreSQL cannot run under Faketime or with the test's TLS or HBA")
 		}
 		s, err := externalServer("postgres", env)
 		return forTest(t, s, err)
@@ -131,8 +131,13 @@ func startPostgres(o *SQLOptions) (*Server, error) {
 		}
 		return chown(s.dataDir, cred)
 	}
+	extra, err := postgresTLSArgs(s, o)
+	if err != nil {
+		os.RemoveAll(s.dir)
+		return nil, fmt.Errorf("testserver: postgres: %w", err)
+	}
 	s.command = func() *exec.Cmd {
-		return exec.Command(filepath.Join(bindir, "postgres"),
+		return exec.Command(filepath.Join(bindir, "postgres"), append([]string{
 			"-D", s.dataDir,
 			"-p", strconv.Itoa(s.port),
 			"-c", "listen_addresses=127.0.0.1",
@@ -148,7 +153,7 @@ func startPostgres(o *SQLOptions) (*Server, error) {
 			// goes away with it; the default (POSIX shm in /dev/shm)
 			// outlives a killed server.
 			"-c", "dynamic_shared_memory_type=mmap",
-		)
+		}, extra...)...)
 	}
 	s.cleanup = func() { removePostgresShm(s.dataDir) }
 	admin := "postgres://dlock@" + s.addr + "/postgres?sslmode=disable&connect_timeout=5"
@@ -182,6 +187,49 @@ func startPostgres(o *SQLOptions) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// postgresTLSArgs returns the server arguments for o.TLS and o.HBA, after
+// copying the server's key and certificates into s.dir for its user (the
+// server refuses a key that others can read) and writing pg_hba.conf there.
+func postgresTLSArgs(s *Server, o *SQLOptions) ([]string, error) {
+	var args []string
+	if o.TLS != nil {
+		for _, f := range []struct{ src, name, arg string }{
+			{o.TLS.ServerCertFile, "server.crt", "ssl_cert_file"},
+			{o.TLS.ServerKeyFile, "server.key", "ssl_key_file"},
+			{o.TLS.CAFile, "ca.crt", "ssl_ca_file"},
+		} {
+			b, err := os.ReadFile(f.src)
+			if err != nil {
+				return nil, err
+			}
+			dst := filepath.Join(s.dir, f.name)
+			if err := os.WriteFile(dst, b, 0o600); err != nil {
+				return nil, err
+			}
+			if err := chown(dst, s.cred); err != nil {
+				return nil, err
+			}
+			args = append(args, "-c", f.arg+"="+dst)
+		}
+		args = append(args, "-c", "ssl=on")
+	}
+	if len(o.HBA) > 0 {
+		lines := append(append([]string{}, o.HBA...),
+			"local all all trust",
+			"host all all 127.0.0.1/32 trust",
+			"host all all ::1/128 trust")
+		dst := filepath.Join(s.dir, "pg_hba.conf")
+		if err := os.WriteFile(dst, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		if err := chown(dst, s.cred); err != nil {
+			return nil, err
+		}
+		args = append(args, "-c", "hba_file="+dst)
+	}
+	return args, nil
 }
 
 // postgresBinDir finds PostgreSQL's server programs: Debian keeps them in

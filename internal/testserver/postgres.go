@@ -141,7 +141,7 @@ func startPostgres(o *SQLOptions) (*Server, error) {
 			"-D", s.dataDir,
 			"-p", strconv.Itoa(s.port),
 			"-c", "listen_addresses=127.0.0.1",
-			"-c", "unix_socket_directories="+s.dir,
+			"-c", "unix_socket_directories=" + s.dir,
 			"-c", "fsync=off",
 			"-c", "full_page_writes=off",
 			"-c", "max_connections=300",

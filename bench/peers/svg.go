@@ -24,6 +24,7 @@ type series struct {
 type plot struct {
 	title, xLabel, yLabel string
 	logX                  bool
+	yMax                  float64 // fixed top of the y axis, 0 for the data's
 	series                []series
 }
 
@@ -56,10 +57,13 @@ func (p *plot) svg() string {
 	if xmax <= xmin {
 		xmax = xmin + 1
 	}
-	if ymax <= 0 {
-		ymax = 1
+	if !p.logX {
+		xmax = niceCeil(xmax)
 	}
-	ymax *= 1.05
+	ymax = niceCeil(ymax)
+	if p.yMax > 0 {
+		ymax = p.yMax
+	}
 	px := func(x float64) float64 {
 		if p.logX {
 			x = math.Log10(math.Max(x, 1))
@@ -115,6 +119,20 @@ func (p *plot) svg() string {
 	return b.String()
 }
 
+// niceCeil rounds v up to 1, 2, 2.5 or 5 times a power of ten (1 for v ≤ 0).
+func niceCeil(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
 // tick formats an axis value briefly (1.5k, 20, 0.25).
 func tick(v float64) string {
 	switch {
@@ -154,7 +172,7 @@ func slug(s string) string {
 func writePlots(dir string, results []*result) ([]string, error) {
 	var files []string
 	for _, res := range results {
-		hp := &plot{title: res.backend + ": hand-off latency (8 goroutines, one lock)", xLabel: "release → next grant, µs (log)", yLabel: "share of hand-offs ≤ x, %", logX: true}
+		hp := &plot{title: res.backend + ": hand-off latency (8 goroutines, one lock)", xLabel: "release → next grant, µs (log)", yLabel: "share of hand-offs ≤ x, %", logX: true, yMax: 100}
 		cp := &plot{title: res.backend + ": Lock+Unlock p50 with N other leases held", xLabel: "leases held by the client", yLabel: "p50 µs"}
 		for _, r := range res.rows {
 			if len(r.handoffs) > 1 {

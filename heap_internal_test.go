@@ -1,0 +1,66 @@
+package dlock
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// The lease heaps keep their order and every lease's position through any
+// mix of adds, moves and removals, and give back their memory after a burst.
+func TestLeaseHeapKeepsOrderAndPositions(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	h := leaseHeap{k: byDeadline}
+	ls := make([]*Lease, 2000)
+	for i := range ls {
+		ls[i] = &Lease{pos: [nHeaps]int32{-1, -1, -1}}
+	}
+	in := map[*Lease]bool{}
+	check := func(step int) {
+		t.Helper()
+		if len(h.ls) != len(in) {
+			t.Fatalf("step %d: heap holds %d leases, want %d", step, len(h.ls), len(in))
+		}
+		for i, l := range h.ls {
+			if int(l.pos[h.k]) != i || !in[l] {
+				t.Fatalf("step %d: lease at %d records position %d (in: %v)", step, i, l.pos[h.k], in[l])
+			}
+			if p := (i - 1) / 2; i > 0 && h.ls[p].keys[h.k] > l.keys[h.k] {
+				t.Fatalf("step %d: key %d at %d above key %d at %d", step, h.ls[p].keys[h.k], p, l.keys[h.k], i)
+			}
+		}
+		for _, l := range ls {
+			if !in[l] && l.pos[h.k] != -1 {
+				t.Fatalf("step %d: removed lease records position %d", step, l.pos[h.k])
+			}
+		}
+	}
+	for step := range 20000 {
+		l := ls[rng.IntN(len(ls))]
+		switch {
+		case step > 15000: // drain
+			h.remove(l)
+			delete(in, l)
+		case rng.IntN(3) == 0:
+			h.remove(l)
+			delete(in, l)
+		default:
+			h.set(l, rng.Int64N(1000))
+			in[l] = true
+		}
+		if step%97 == 0 || step > 19900 {
+			check(step)
+		}
+	}
+	for len(h.ls) > 0 { // pop in order
+		l := h.head()
+		h.remove(l)
+		delete(in, l)
+		if n := h.head(); n != nil && n.keys[h.k] < l.keys[h.k] {
+			t.Fatalf("popped %d before %d", l.keys[h.k], n.keys[h.k])
+		}
+	}
+	check(-1)
+	if cap(h.ls) > 64 {
+		t.Fatalf("the empty heap keeps room for %d leases", cap(h.ls))
+	}
+}

@@ -105,29 +105,52 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	}
 	parent := d.parent(req.Name)
 	prefix := newPrefix()
-	created := make(chan createResult, 1)
-	go func() { created <- d.create(l.conn, parent, prefix, []byte(req.Owner)) }()
-	var path string
-	select {
-	case r := <-created:
-		if r.err != nil {
-			if r.unknown {
-				d.discard(sess, parent, prefix, "", nil)
-			}
-			return driver.Grant{}, ctxerr.Wrap(ctx, "zklock: create", r.err)
-		}
-		path = r.path
-	case <-ctx.Done():
-		// The create may still succeed: delete whatever it makes.
-		d.discard(sess, parent, prefix, "", created)
-		return driver.Grant{}, fmt.Errorf("zklock: create: %w", ctx.Err())
+	var track *creates
+	if l.track != nil {
+		track = &l.track.creates
+		track.expect(parent + "/" + prefix)
 	}
-	g, err := d.wait(ctx, sess, parent, path, wait, req.LockDelay)
+	r, pending := d.startCreate(ctx, l.conn, parent, prefix, []byte(req.Owner))
+	var seen *created
+	if track != nil {
+		if c, ok := track.done(parent+"/"+prefix, r.path); ok && r.err == nil {
+			seen = &c
+		}
+	}
+	switch {
+	case pending != nil:
+		// The create may still succeed: delete whatever it makes.
+		d.discard(sess, parent, prefix, "", pending)
+		return driver.Grant{}, fmt.Errorf("zklock: create: %w", ctx.Err())
+	case r.err != nil:
+		if r.unknown {
+			d.discard(sess, parent, prefix, "", nil)
+		}
+		return driver.Grant{}, ctxerr.Wrap(ctx, "zklock: create", r.err)
+	}
+	g, err := d.wait(ctx, sess, parent, r.path, wait, req.LockDelay, seen)
 	if err != nil {
-		d.discard(sess, parent, prefix, path, nil)
+		d.discard(sess, parent, prefix, r.path, nil)
 		return driver.Grant{}, err
 	}
 	return g, nil
+}
+
+// startCreate runs create, on the calling goroutine when ctx cannot end.
+// When ctx ends first it returns a channel that delivers the create's
+// outcome later.
+func (d *Driver) startCreate(ctx context.Context, conn *zk.Conn, parent, prefix string, data []byte) (createResult, <-chan createResult) {
+	if ctx.Done() == nil {
+		return d.create(conn, parent, prefix, data), nil
+	}
+	ch := make(chan createResult, 1)
+	go func() { ch <- d.create(conn, parent, prefix, data) }()
+	select {
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return createResult{}, ch
+	}
 }
 
 type createResult struct {

@@ -25,7 +25,6 @@ package zklock
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -46,6 +45,8 @@ type tracker struct {
 	socks    map[*sniffConn]struct{}
 	closed   bool
 	timeouts map[int64]time.Duration // session ID → negotiated timeout
+
+	creates // the zxids of lock node creates (see sniff.go)
 }
 
 func newTracker() *tracker {
@@ -91,37 +92,6 @@ func (t *tracker) close() {
 		s.Close()
 		delete(t.socks, s)
 	}
-}
-
-// sniffConn reads the server's connect response (the first bytes the server
-// sends on a socket: length, protocol version, timeout in ms, session ID) as
-// go-zookeeper reads it, and records the negotiated timeout.
-type sniffConn struct {
-	net.Conn
-	t    *tracker
-	head []byte // the first 20 bytes read, until complete
-	done bool   // only the reading goroutine touches head and done
-}
-
-const connectHead = 4 + 4 + 4 + 8
-
-func (s *sniffConn) Read(p []byte) (int, error) {
-	n, err := s.Conn.Read(p)
-	if !s.done && n > 0 {
-		s.head = append(s.head, p[:min(n, connectHead-len(s.head))]...)
-		if len(s.head) == connectHead {
-			s.done = true
-			ms := int32(binary.BigEndian.Uint32(s.head[8:12]))
-			id := int64(binary.BigEndian.Uint64(s.head[12:20]))
-			if id != 0 && ms > 0 {
-				s.t.mu.Lock()
-				s.t.timeouts[id] = time.Duration(ms) * time.Millisecond
-				s.t.mu.Unlock()
-			}
-			s.head = nil
-		}
-	}
-	return n, err
 }
 
 // dialer opens the driver's own connections.

@@ -74,6 +74,9 @@ func (d *Driver) currentSession(l *link) *session {
 // do runs a blocking go-zookeeper call, returning early with an error
 // wrapping ctx.Err() when ctx is done first. The call itself runs on.
 func do[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f() // ctx cannot end: no goroutine needed
+	}
 	type result struct {
 		v   T
 		err error

@@ -320,3 +320,42 @@ func TestNewServesItsSessionTimeoutOnly(t *testing.T) {
 		t.Fatalf("Release = %d, %v", n, err)
 	}
 }
+
+// TestTokenFromCreateReply: on the driver's own connections the token (the
+// node's czxid) comes from the create's reply, so an acquire sends no
+// Exists; over a connection passed to New (no sniffer) the node's stat is
+// read. Either way the token is the node's czxid.
+func TestTokenFromCreateReply(t *testing.T) {
+	conn := newConn(t, shared.Endpoints())
+	ctx := queuetest.Ctx(t, 20*time.Second)
+	check := func(d *Driver, name string) {
+		t.Helper()
+		for range 5 {
+			g, err := d.TryAcquire(ctx, ttlReq(name, "A", testSession))
+			if err != nil {
+				t.Fatal(err)
+			}
+			hd := g.Handle.(*handle)
+			ok, st, err := conn.Exists(hd.path)
+			if err != nil || !ok {
+				t.Fatalf("Exists %s: %v %v", hd.path, ok, err)
+			}
+			if g.Token != uint64(st.Czxid) || st.EphemeralOwner != hd.sess.id {
+				t.Fatalf("token %d, session %#x; the node has czxid %d, owner %#x", g.Token, hd.sess.id, st.Czxid, st.EphemeralOwner)
+			}
+			if _, err := d.Release(ctx, queuetest.Lease(name, "A", g)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	own := newTestDriver(t, shared.Endpoints(), nil)
+	check(own, "czxid-own")
+	if n := own.stats.Load(); n != 0 {
+		t.Fatalf("%d stat reads on the driver's own connection, want 0", n)
+	}
+	given := queuetest.Open(t, func() (*Driver, error) { return New(newConn(t, shared.Endpoints()), &Options{SessionTimeout: testSession}) })
+	check(given, "czxid-given")
+	if n := given.stats.Load(); n != 5 {
+		t.Fatalf("%d stat reads on a connection passed to New, want 5", n)
+	}
+}

@@ -25,8 +25,9 @@ type turn struct {
 	wait   bool   // wait for the predecessors rather than refuse
 	delay  time.Duration
 
-	stat   *zk.Stat     // the node's stat, once read
-	statCh chan statRes // delivers the stat read in flight
+	czxid  int64        // the node's czxid (the token), once known
+	known  bool         // czxid is known, and the node is the session's
+	statCh chan statRes // delivers the stat read in flight, when the create's reply was not seen
 }
 
 type statRes struct {
@@ -37,15 +38,24 @@ type statRes struct {
 // wait reads the queue and, when the node at path is not first and wait is
 // set, waits for its predecessors (and the lock-delay of a lost holder) to
 // go. It returns the grant, confirmed by the last listing of the queue.
-func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, wait bool, delay time.Duration) (driver.Grant, error) {
+// seen is what the create's reply showed, nil when it was not seen (then
+// the node's stat is read, alongside the first listing).
+func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, wait bool, delay time.Duration, seen *created) (driver.Grant, error) {
 	t := &turn{
 		d: d, sess: sess, conn: sess.l.conn,
 		parent: parent, path: path, own: path[len(parent)+1:],
 		wait: wait, delay: delay,
-		statCh: make(chan statRes, 1),
 	}
-	// The node's stat (its czxid) and the first listing in one round trip.
-	go t.readStat()
+	if seen != nil {
+		if err := t.adopt(ctx, seen.zxid, seen.session); err != nil {
+			return driver.Grant{}, err
+		}
+	} else {
+		// The node's stat (its czxid) and the first listing in one round
+		// trip.
+		t.statCh = make(chan statRes, 1)
+		go t.readStat()
+	}
 	for {
 		sent := time.Now()
 		children, err := do(ctx, func() ([]string, error) {
@@ -59,7 +69,7 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 			continue
 		}
 		t.sess.Refresh(sent)
-		if t.stat == nil {
+		if !t.known {
 			if retry, err := t.awaitStat(ctx); err != nil || retry {
 				if err != nil {
 					return driver.Grant{}, err
@@ -82,6 +92,7 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 
 // readStat reads the node's stat and delivers it on statCh.
 func (t *turn) readStat() {
+	t.d.stats.Add(1)
 	ok, st, err := t.conn.Exists(t.path)
 	if err == nil && !ok {
 		st = nil
@@ -117,17 +128,24 @@ func (t *turn) awaitStat(ctx context.Context) (retry bool, err error) {
 	if r.st == nil {
 		return false, fmt.Errorf("zklock: node %s vanished: %w", t.path, driver.ErrSessionLost)
 	}
-	t.stat = r.st
-	if t.stat.EphemeralOwner != t.sess.id {
+	return false, t.adopt(ctx, r.st.Czxid, r.st.EphemeralOwner)
+}
+
+// adopt records the node's czxid, after checking that its ephemeral owner
+// is the turn's session.
+func (t *turn) adopt(ctx context.Context, czxid, owner int64) error {
+	if owner != t.sess.id {
 		// The session changed between our look and the create.
+		var err error
 		if t.sess, err = t.d.session(ctx, t.sess.l); err != nil {
-			return false, err
+			return err
 		}
-		if t.stat.EphemeralOwner != t.sess.id {
-			return false, fmt.Errorf("zklock: node %s belongs to session %#x, not %#x: %w", t.path, t.stat.EphemeralOwner, t.sess.id, driver.ErrSessionLost)
+		if owner != t.sess.id {
+			return fmt.Errorf("zklock: node %s belongs to session %#x, not %#x: %w", t.path, owner, t.sess.id, driver.ErrSessionLost)
 		}
 	}
-	return false, nil
+	t.czxid, t.known = czxid, true
+	return nil
 }
 
 // look decides on one listing of the queue, confirmed by a request sent at
@@ -147,7 +165,7 @@ func (t *turn) look(ctx context.Context, children []string, sent time.Time) (g d
 		g, done, err := t.awaitDelay(ctx, sent)
 		return g, "", done, err
 	case i == 0:
-		h := &handle{path: t.path, czxid: t.stat.Czxid, sess: t.sess}
+		h := &handle{path: t.path, czxid: t.czxid, sess: t.sess}
 		if t.delay > 0 {
 			if err := t.d.setGuard(ctx, h, t.delay); err != nil {
 				return g, "", true, err
@@ -179,7 +197,7 @@ func (t *turn) awaitDelay(ctx context.Context, sent time.Time) (driver.Grant, bo
 	case left == 0:
 		return driver.Grant{}, false, nil // guard gone: look again
 	case left < 0:
-		return t.d.grant(&handle{path: t.path, czxid: t.stat.Czxid, sess: t.sess}, 1, sent), true, nil
+		return t.d.grant(&handle{path: t.path, czxid: t.czxid, sess: t.sess}, 1, sent), true, nil
 	case !t.wait:
 		return driver.Grant{}, true, &driver.LockedError{RetryAfter: left}
 	}

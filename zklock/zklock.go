@@ -163,6 +163,7 @@ type Driver struct {
 	bg       *sessionlock.Group // session watchers, connects and background deletes
 	ctx      context.Context    // bg's: cancelled by Close
 	discards atomic.Int64       // background deletes still running
+	stats    atomic.Int64       // reads of a created node's stat (its reply was not seen; see sniff.go)
 
 	// dial opens a connection per TTL class (see conn.go); nil when the
 	// driver has only fixed, the connection passed to New.

@@ -353,7 +353,9 @@ func TestTokenFromCreateReply(t *testing.T) {
 	if n := own.stats.Load(); n != 0 {
 		t.Fatalf("%d stat reads on the driver's own connection, want 0", n)
 	}
-	given := queuetest.Open(t, func() (*Driver, error) { return New(newConn(t, shared.Endpoints()), &Options{SessionTimeout: testSession}) })
+	given := queuetest.Open(t, func() (*Driver, error) {
+		return New(newConn(t, shared.Endpoints()), &Options{SessionTimeout: testSession})
+	})
 	check(given, "czxid-given")
 	if n := given.stats.Load(); n != 5 {
 		t.Fatalf("%d stat reads on a connection passed to New, want 5", n)

@@ -17,12 +17,13 @@ import (
 type leases struct {
 	*store
 	acquireStmt, releaseStmt *prepared
+	sig                      *leaseSignals
 }
 
 var _ sqlcommon.Locker = (*leases)(nil)
 
 func newLeases(st *store) *leases {
-	return &leases{store: st, acquireStmt: newPrepared(st.q.leaseAcquire), releaseStmt: newPrepared(st.q.leaseRelease)}
+	return &leases{store: st, acquireStmt: newPrepared(st.q.leaseAcquire), releaseStmt: newPrepared(st.q.leaseRelease), sig: newLeaseSignals(st)}
 }
 
 // TryAcquire implements sqlcommon.Locker: one INSERT … ON DUPLICATE KEY
@@ -51,6 +52,9 @@ func (d *leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if fence == 0 {
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: the server reported no outcome (LAST_INSERT_ID %d)", v)
 	}
+	if count == 1 {
+		d.sig.grant(req.Name, req.Owner)
+	}
 	return driver.Grant{Token: fence, Count: count, TTL: req.TTL}, nil
 }
 
@@ -69,11 +73,15 @@ func (d *leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return 0, ctxerr.Wrap(ctx, "mysqllock: release", err)
 	}
 	if n == 0 {
+		d.sig.released(l.Name, l.Owner)
 		return 0, fmt.Errorf("mysqllock: release: %w", driver.ErrNotHeld)
 	}
 	id, err := res.LastInsertId()
 	if err != nil {
 		return 0, ctxerr.Wrap(ctx, "mysqllock: release", err)
+	}
+	if id == 0 {
+		d.sig.released(l.Name, l.Owner)
 	}
 	return int(id), nil
 }
@@ -182,6 +190,7 @@ func (d *leases) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, t
 	}
 	for _, i := range idx {
 		if !live[leaseKey{ls[i].Name, ls[i].Owner, ls[i].Token}] {
+			d.sig.released(ls[i].Name, ls[i].Owner)
 			errs[i] = fmt.Errorf("mysqllock: renew: lease expired or taken over: %w", driver.ErrNotHeld)
 		}
 	}
@@ -191,9 +200,11 @@ func (d *leases) renewChunk(ctx context.Context, ls []driver.Lease, idx []int, t
 // Close implements sqlcommon.Locker: leases are left to expire; the
 // prepared statements are closed.
 func (d *leases) Close() {
+	d.sig.close()
 	d.acquireStmt.close()
 	d.releaseStmt.close()
 }
 
-// Kill implements sqlcommon.Locker.
-func (*leases) Kill() {}
+// Kill implements sqlcommon.Locker: the signals' connection closes, as a
+// crashed process's would.
+func (d *leases) Kill() { d.sig.close() }

@@ -38,8 +38,15 @@
 // wait_timeout is set to the TTL (rounded up to whole seconds), so a holder
 // that stops renewing loses its session, and the lock, about one TTL later.
 //
-// MySQL has no notification, so waiters poll with backoff bounded by the
-// holder's remaining time (reported in driver.LockedError.RetryAfter).
+// MySQL has no notification. A holder keeps a companion GET_LOCK name, the
+// lock's wake-up signal (SignalName), while it holds the lock, and waiters
+// block in GET_LOCK on it, which the server grants the moment the holder
+// gives it up or its session ends: a release wakes a waiter at once. In the
+// session modes the holder's own statements take and give up the signal; in
+// ModeLease one pooled connection per driver keeps the signals of leases
+// held longer than 2ms (see Driver.Subscribe). A holder that keeps no
+// signal (a crashed process) is polled with backoff bounded by its
+// remaining time (driver.LockedError.RetryAfter), as before.
 //
 // All methods of Driver are safe for concurrent use.
 package mysqllock
@@ -79,7 +86,7 @@ type Options struct {
 }
 
 // Driver is a dlock driver on a MySQL or MariaDB *sql.DB. It implements
-// driver.Driver and driver.Inspector. New chooses how it holds locks, once:
+// driver.Driver, driver.Notifier and driver.Inspector. New chooses how it holds locks, once:
 // a lease table or a session mode.
 type Driver struct {
 	*store
@@ -87,6 +94,10 @@ type Driver struct {
 	ownDB bool
 	mode  Mode
 	sess  *sqlcommon.Sessions[pinned] // the session modes' held locks; nil in ModeLease
+	// leaseSig keeps ModeLease's wake-up signals; nil in the session
+	// modes, whose pinned sessions keep their own.
+	leaseSig *leaseSignals
+	watches  *sqlcommon.Watches // waiters' waits for signals
 	// held tells Inspect which of the listed locks are held.
 	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
 }
@@ -106,6 +117,7 @@ type store struct {
 
 var _ interface {
 	driver.Driver
+	driver.Notifier
 	driver.Inspector
 } = (*Driver)(nil)
 
@@ -133,7 +145,7 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 	switch d.mode {
 	case ModeLease:
 		l := newLeases(st)
-		locker, d.held = l, sqlcommon.Unexpired
+		locker, d.held, d.leaseSig = l, sqlcommon.Unexpired, l.sig
 	case ModeGetLock:
 		g := getLock{session{st}}
 		d.sess, d.held = sqlcommon.NewSessions[pinned]("mysqllock", cfg.Mode, g), g.held
@@ -144,6 +156,7 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 		locker = d.sess
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
+	d.watches = sqlcommon.NewWatches(st.openWaiter)
 	return d, nil
 }
 
@@ -187,7 +200,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 // URL, closes it. Leases in ModeLease are left to expire. Close is
 // idempotent.
 func (d *Driver) Close() error {
-	if !d.base.Close() || !d.ownDB {
+	if !d.base.Close() {
+		return nil
+	}
+	d.watches.Close(true)
+	if !d.ownDB {
 		return nil
 	}
 	return d.db.Close()
@@ -199,6 +216,7 @@ func (d *Driver) Close() error {
 // Close closes the abandoned connections.
 func (d *Driver) kill() {
 	d.base.Kill()
+	d.watches.Close(true)
 	if d.ownDB {
 		_ = d.db.Close()
 	}

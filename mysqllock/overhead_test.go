@@ -39,7 +39,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 			defer conn.Close()
 			name := randomName("samework")
 			bare := name + "-bare"
-			k, o, l := hexLit(bare), hexLit("o"), hexLit(LockName(bare))
+			k, o, l, w := hexLit(bare), hexLit("o"), hexLit(LockName(bare)), hexLit(SignalName(bare))
 			q := md.q
 			ttl := strconv.FormatInt(sqlcommon.Micros(30*time.Second), 10)
 			exec := func(s string) (int64, error) {
@@ -64,13 +64,13 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					_, err = exec(fill(q.leaseRelease, "{K}", k, "{O}", o, "{F}", strconv.FormatUint(uint64(id)>>countBits, 10)))
 					return err
 				case ModeGetLock:
-					if _, err := exec(fill(q.getLock, "{L}", l, "{WT}", "30")); err != nil {
+					if _, err := exec(fill(q.getLock, "{L}", l, "{W}", w, "{WT}", "30")); err != nil {
 						return err
 					}
 					if _, err := exec(fill(q.fenceInsert, "{K}", k, "{O}", o, "{L}", l)); err != nil {
 						return err
 					}
-					_, err := exec(fill(q.getLockRelease, "{L}", l))
+					_, err := exec(fill(q.getLockRelease, "{L}", l, "{W}", w))
 					return err
 				default:
 					if _, err := exec("SET autocommit = 0, SESSION wait_timeout = 30"); err != nil {
@@ -84,10 +84,11 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 						return err
 					}
 					// The pinned session confirms its row lock after the increment.
-					if err := conn.QueryRowContext(ctx, fill(q.rowLock, "{K}", k)).Scan(&one); err != nil {
+					var signal *int
+					if err := conn.QueryRowContext(ctx, fill(q.rowConfirm, "{K}", k, "{W}", w)).Scan(&signal); err != nil {
 						return err
 					}
-					_, err := exec(q.rowRelease)
+					_, err := exec(fill(q.rowRelease, "{W}", w))
 					return err
 				}
 			}

@@ -43,7 +43,9 @@ type queries struct {
 
 	getLock, fenceInsert, getLockRelease string
 
-	rowLock, rowEnsure, fenceBump, rowRelease string
+	rowLock, rowEnsure, fenceBump, rowConfirm, rowRelease string
+
+	signalWait string
 
 	ping, inspect, inspectRow string
 }
@@ -108,10 +110,13 @@ func newQueries(table string) queries {
 	// GET_LOCK and the session's wait_timeout in one statement: the timeout
 	// is armed only if the lock was granted. The fence bump follows, gated
 	// on this connection holding the lock, and autocommits.
-	q.getLock = "SET SESSION wait_timeout = IF(GET_LOCK({L}, 0) = 1, {WT}, @@SESSION.wait_timeout)"
+	// The holder's session also takes the lock's wake-up signal {W} (see
+	// SignalName) in the same statement, only if it got {L} (IF evaluates
+	// one branch), and gives it up after {L} at release.
+	q.getLock = "SET SESSION wait_timeout = IF(GET_LOCK({L}, 0) = 1, {WT} + 0 * COALESCE(GET_LOCK({W}, 0), 0), @@SESSION.wait_timeout)"
 	q.fenceInsert = r.Replace("INSERT INTO $T (name, owner, fence) SELECT {K}, {O}, LAST_INSERT_ID(1) FROM DUAL WHERE IS_USED_LOCK({L}) = CONNECTION_ID() " +
 		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1), owner = {O}, version = version + 1")
-	q.getLockRelease = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_LOCK({L})"
+	q.getLockRelease = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_LOCK({L}), @dlock_signal = RELEASE_LOCK({W})"
 
 	// rowlock: autocommit off (so the locking read opens a transaction that
 	// stays open) and wait_timeout armed, in one statement; switching
@@ -120,7 +125,16 @@ func newQueries(table string) queries {
 	q.rowEnsure = r.Replace("INSERT IGNORE INTO $T_rowlock (name) VALUES ({K})")
 	q.fenceBump = r.Replace("INSERT INTO $T (name, owner, fence) VALUES ({K}, {O}, LAST_INSERT_ID(1)) " +
 		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1), owner = {O}, version = version + 1")
-	q.rowRelease = "SET autocommit = 1, SESSION wait_timeout = DEFAULT"
+	// The confirmation after the fence increment also takes the wake-up
+	// signal; the release (also that of a refused attempt, which holds no
+	// signal: RELEASE_LOCK then changes nothing) gives it up.
+	q.rowConfirm = r.Replace("SELECT GET_LOCK({W}, 0) FROM $T_rowlock WHERE name = {K} FOR UPDATE NOWAIT")
+	q.rowRelease = "SET autocommit = 1, SESSION wait_timeout = DEFAULT, @dlock_signal = RELEASE_LOCK({W})"
+
+	// A waiter's wait for a wake-up signal: whether a holder kept it, and
+	// then 1 once the signal was had (and given up at once), -1 when the
+	// wait ran out.
+	q.signalWait = "SELECT IS_USED_LOCK({W}) IS NOT NULL, IF(GET_LOCK({W}, {WT}) = 1, RELEASE_LOCK({W}), -1)"
 
 	q.ping = "SET SESSION wait_timeout = {WT}"
 
@@ -153,6 +167,15 @@ func LockName(name string) string {
 	}
 	sum := sha256.Sum256([]byte(name))
 	return "#" + hex.EncodeToString(sum[:])[:63]
+}
+
+// SignalName returns the GET_LOCK name of name's wake-up signal: a holder
+// keeps it while it holds name, and waiters wait for it to be free (see the
+// package documentation). "~" and 63 hex digits of name's SHA-256: never a
+// LockName.
+func SignalName(name string) string {
+	sum := sha256.Sum256([]byte(name))
+	return "~" + hex.EncodeToString(sum[:])[:63]
 }
 
 func errNumber(err error) uint16 {

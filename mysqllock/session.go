@@ -89,7 +89,7 @@ func (getLock) Abort(c pinned) {
 
 // Unlock implements sqlcommon.SessionSQL.
 func (g getLock) Unlock(ctx context.Context, c pinned, name string) error {
-	_, err := c.ExecContext(ctx, fill(g.q.getLockRelease, "{L}", hexLit(LockName(name))))
+	_, err := c.ExecContext(ctx, fill(g.q.getLockRelease, "{L}", hexLit(LockName(name)), "{W}", hexLit(SignalName(name))))
 	return err
 }
 
@@ -99,7 +99,7 @@ func (g getLock) Unlock(ctx context.Context, c pinned, name string) error {
 // left as it was.
 func (g getLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) (bool, uint64, error) {
 	d, conn, name, owner := g.store, c.Conn, req.Name, req.Owner
-	if _, err := conn.ExecContext(ctx, fill(d.q.getLock, "{L}", hexLit(LockName(name)), "{WT}", waitTimeout(req.TTL))); err != nil {
+	if _, err := conn.ExecContext(ctx, fill(d.q.getLock, "{L}", hexLit(LockName(name)), "{W}", hexLit(SignalName(name)), "{WT}", waitTimeout(req.TTL))); err != nil {
 		return false, 0, err
 	}
 	if d.testHookLocked != nil {
@@ -127,12 +127,12 @@ var _ sqlcommon.SessionSQL[pinned] = rowLock{}
 
 // Abort implements sqlcommon.SessionSQL.
 func (rowLock) Abort(c pinned) {
-	abort(c, "SET autocommit = 1, SESSION wait_timeout = DEFAULT") // ends the transaction
+	abort(c, "SET autocommit = 1, SESSION wait_timeout = DEFAULT, @dlock_signal = RELEASE_ALL_LOCKS()") // ends the transaction
 }
 
 // Unlock implements sqlcommon.SessionSQL.
-func (r rowLock) Unlock(ctx context.Context, c pinned, _ string) error {
-	_, err := c.ExecContext(ctx, r.q.rowRelease)
+func (r rowLock) Unlock(ctx context.Context, c pinned, name string) error {
+	_, err := c.ExecContext(ctx, fill(r.q.rowRelease, "{W}", hexLit(SignalName(name))))
 	return err
 }
 
@@ -183,7 +183,7 @@ func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 			}
 			continue
 		case isLockNotAvailable(err):
-			_, rerr := conn.ExecContext(ctx, d.q.rowRelease)
+			_, rerr := conn.ExecContext(ctx, fill(d.q.rowRelease, "{W}", hexLit(SignalName(name))))
 			return false, 0, rerr
 		default:
 			return false, 0, err
@@ -204,7 +204,8 @@ func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 		if err != nil {
 			return false, 0, err
 		}
-		if err := conn.QueryRowContext(ctx, fill(d.q.rowLock, "{K}", k)).Scan(&one); err != nil {
+		var signal sql.NullInt64 // the wake-up signal, taken if free
+		if err := conn.QueryRowContext(ctx, fill(d.q.rowConfirm, "{K}", k, "{W}", hexLit(SignalName(name)))).Scan(&signal); err != nil {
 			return false, 0, fmt.Errorf("the pinned session could not confirm its row lock after the fence increment (to %d), so the lock is not granted: %w: %w", id, driver.ErrSessionLost, err)
 		}
 		return true, uint64(id), nil

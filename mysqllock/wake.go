@@ -1,0 +1,312 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
+)
+
+// Wake-up signals. MySQL has no notification, so every lock name has a
+// companion GET_LOCK name, its signal (SignalName), that the holder's
+// session keeps while it holds the lock: in ModeGetLock the statement that
+// takes the lock takes the signal too, in ModeRowLock the statement that
+// confirms the grant does, and both release statements give it up. In
+// ModeLease, whose statements run on any pooled connection, one connection
+// per driver keeps the signals of the leases the driver has held for more
+// than signalDelay (a lock released sooner costs nothing extra; its waiters
+// find it free on their first backoff, 2ms). A waiter blocks in GET_LOCK on
+// the signal, which the server grants the moment the holder gives it up or
+// its session ends, and gives it back at once in the same statement. The
+// grant itself stays the lock's own atomic statement: a wake only says
+// "try now".
+
+// signalDelay is how long a lease is held before its driver takes its
+// signal.
+const signalDelay = 2 * time.Millisecond
+
+// signalWaitSeconds bounds one blocking wait for a signal; the wait is then
+// simply made again.
+const signalWaitSeconds = "30"
+
+// Subscribe implements driver.Notifier: the subscription is woken when the
+// holder of name gives up its signal (it released, or its session ended),
+// on a backoff (2ms doubling to 1s) while no holder keeps the signal (a
+// lease released within signalDelay, a holder that crashed), and never
+// otherwise. Within one driver the longest-waiting subscriber of a name is
+// woken first. The driver's waiters for one name share one pooled
+// connection, which waits in GET_LOCK.
+func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
+	if err := d.base.Check(); err != nil {
+		return nil, err
+	}
+	sub, err := d.watches.Subscribe(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("mysqllock: subscribe: %w", err)
+	}
+	return sub, nil
+}
+
+// signalWaiter waits for one name's signal on a pooled connection.
+type signalWaiter struct {
+	conn *sql.Conn
+	stmt string
+}
+
+func (s *store) openWaiter(ctx context.Context, name string) (sqlcommon.Waiter, error) {
+	conn, err := poolWait(ctx, s, "mysqllock: subscribe: a connection to wait on", s.db.Conn)
+	if err != nil {
+		return nil, err
+	}
+	return &signalWaiter{conn: conn, stmt: fill(s.q.signalWait, "{W}", hexLit(SignalName(name)), "{WT}", signalWaitSeconds)}, nil
+}
+
+// Wait implements sqlcommon.Waiter. An ended ctx interrupts it by closing
+// the connection, which ends the wait on the server.
+func (w *signalWaiter) Wait(ctx context.Context) (sqlcommon.Outcome, error) {
+	var held bool
+	var got int
+	if err := w.conn.QueryRowContext(ctx, w.stmt).Scan(&held, &got); err != nil {
+		return 0, err
+	}
+	switch {
+	case got != 1:
+		return sqlcommon.StillHeld, nil
+	case held:
+		return sqlcommon.Released, nil
+	}
+	return sqlcommon.NoHolder, nil
+}
+
+// Close implements sqlcommon.Waiter.
+func (w *signalWaiter) Close() { _ = w.conn.Close() }
+
+// leaseSignals keeps, on one pooled connection, the signals of the leases a
+// ModeLease driver holds: taken signalDelay after a grant, given up after
+// the release, both by a goroutine that batches them into one statement,
+// so a grant or a release never waits for them. All methods are safe for
+// concurrent use.
+type leaseSignals struct {
+	st *store
+
+	mu      sync.Mutex
+	names   map[string]*leaseSignal
+	kick    chan struct{} // cap 1: there is work
+	started bool
+	closed  bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+type leaseSignal struct {
+	owner      string
+	want, have bool        // the signal should be / was last sent to be kept
+	sending    bool        // a change is on its way to the server
+	timer      *time.Timer // until want; nil once fired or stopped
+}
+
+func newLeaseSignals(st *store) *leaseSignals {
+	return &leaseSignals{st: st, names: map[string]*leaseSignal{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+func (ls *leaseSignals) poke() {
+	select {
+	case ls.kick <- struct{}{}:
+	default:
+	}
+}
+
+// grant records a new grant of name to owner.
+func (ls *leaseSignals) grant(name, owner string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closed {
+		return
+	}
+	e := ls.names[name]
+	if e == nil {
+		e = &leaseSignal{}
+		ls.names[name] = e
+	}
+	e.owner = owner
+	if e.want || e.timer != nil {
+		return
+	}
+	e.timer = time.AfterFunc(signalDelay, func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if ls.closed || ls.names[name] != e || e.timer == nil {
+			return
+		}
+		e.timer, e.want = nil, true
+		if !ls.started {
+			ls.started = true
+			ctx, cancel := context.WithCancel(context.Background())
+			ls.cancel = cancel
+			go ls.run(ctx)
+		}
+		ls.poke()
+	})
+}
+
+// released records that owner no longer holds name (released, or found
+// expired).
+func (ls *leaseSignals) released(name, owner string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	e := ls.names[name]
+	if ls.closed || e == nil || e.owner != owner {
+		return
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	e.want = false
+	if !e.have && !e.sending {
+		delete(ls.names, name)
+		return
+	}
+	ls.poke()
+}
+
+// signalBatch bounds the signals taken or given up in one statement.
+const signalBatch = 200
+
+// run sends the changes: GET_LOCK(signal, 0) for wanted signals not yet
+// sent, RELEASE_LOCK for sent ones no longer wanted. Its connection is
+// returned to the pool when it keeps no signal; if it fails, it is closed
+// (which gives up every signal on it) and the wanted ones are sent again
+// after a pause.
+func (ls *leaseSignals) run(ctx context.Context) {
+	defer close(ls.done)
+	var conn *sql.Conn
+	defer func() {
+		if conn != nil {
+			discard(conn)
+		}
+	}()
+	pause := 50 * time.Millisecond
+	for {
+		ls.mu.Lock()
+		var (
+			names []string
+			sent  []bool
+			exprs []string
+		)
+		keep := false
+		for n, e := range ls.names {
+			if e.want != e.have && len(names) < signalBatch {
+				e.sending = true
+				names, sent = append(names, n), append(sent, e.want)
+				if e.want {
+					exprs = append(exprs, "GET_LOCK("+hexLit(SignalName(n))+", 0)")
+				} else {
+					exprs = append(exprs, "RELEASE_LOCK("+hexLit(SignalName(n))+")")
+				}
+			}
+			keep = keep || e.have || e.want
+		}
+		ls.mu.Unlock()
+		if len(names) == 0 {
+			if !keep && conn != nil {
+				// It should keep no signal: make sure, and return it to
+				// the pool.
+				if _, err := conn.ExecContext(ctx, "DO RELEASE_ALL_LOCKS()"); err != nil {
+					discard(conn)
+				} else {
+					_ = conn.Close()
+				}
+				conn = nil
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-ls.kick:
+			}
+			continue
+		}
+		err := ls.send(ctx, &conn, exprs)
+		ls.mu.Lock()
+		for i, n := range names {
+			if e := ls.names[n]; e != nil {
+				e.sending = false
+				if err == nil {
+					e.have = sent[i]
+				}
+				if !e.want && !e.have {
+					delete(ls.names, n)
+				}
+			}
+		}
+		if err != nil {
+			// The connection, and every signal on it, is gone.
+			for n, e := range ls.names {
+				e.have = false
+				if !e.want {
+					delete(ls.names, n)
+				}
+			}
+		}
+		ls.mu.Unlock()
+		if err != nil {
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			pause = min(pause*2, 5*time.Second)
+			continue
+		}
+		pause = 50 * time.Millisecond
+	}
+}
+
+// send runs the signal changes exprs on *conn, pinning one first if need
+// be; on failure *conn is closed and nil.
+func (ls *leaseSignals) send(ctx context.Context, conn **sql.Conn, exprs []string) error {
+	if *conn == nil {
+		c, err := poolWait(ctx, ls.st, "mysqllock: a connection for wake-up signals", ls.st.db.Conn)
+		if err != nil {
+			return err
+		}
+		*conn = c
+	}
+	rows, err := (*conn).QueryContext(ctx, "SELECT "+strings.Join(exprs, ", "))
+	if err == nil {
+		for rows.Next() {
+		}
+		err = rows.Err()
+		_ = rows.Close()
+	}
+	if err != nil {
+		discard(*conn)
+		*conn = nil
+	}
+	return err
+}
+
+// close stops the goroutine and closes its connection, which gives up
+// every signal.
+func (ls *leaseSignals) close() {
+	ls.mu.Lock()
+	ls.closed = true
+	for _, e := range ls.names {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+	started := ls.started
+	ls.mu.Unlock()
+	if started {
+		ls.cancel()
+		<-ls.done
+	}
+}

@@ -307,7 +307,7 @@ func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
 	c.leases = l
 	c.scheduleDeadlineLocked(l)
 	if l.autoRenew {
-		c.scheduleRenewLocked(l)
+		c.scheduleRenewLocked(l, l.keys[byRenew])
 	}
 	if lost != nil {
 		w, ok := c.lostWatch[lost]

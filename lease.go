@@ -47,9 +47,13 @@ type Lease struct {
 	ttl        time.Duration
 	renewEvery time.Duration
 	validUntil int64 // local monotonic deadline, on the Client's clock
-	nextRenew  int64 // on the Client's clock
 	err        error
-	// Made on first use: most leases are released without anyone asking.
+	sig        *leaseSignals // made on first use of Done or Context
+}
+
+// leaseSignals are a Lease's Done channel and Context, made on first use:
+// most leases end without anyone asking for them.
+type leaseSignals struct {
 	done   chan struct{}
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -81,10 +85,10 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause, parent: parent,
 		autoRenew: every > 0,
 		generated: r.generated,
+		keys:      [nHeaps]int64{byRenew: at + int64(every)}, // filed by register
 		pos:       [nHeaps]int32{-1, -1, -1},
 		ttl:       ttl, renewEvery: every,
 		validUntil: at + int64(ttl-drift),
-		nextRenew:  at + int64(every),
 	}
 }
 
@@ -109,13 +113,16 @@ func (l *Lease) Count() int { return int(l.count) }
 func (l *Lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done == nil {
+	if l.sig == nil || l.sig.done == nil {
 		if l.err != nil {
 			return closedChan
 		}
-		l.done = make(chan struct{})
+		if l.sig == nil {
+			l.sig = &leaseSignals{}
+		}
+		l.sig.done = make(chan struct{})
 	}
-	return l.done
+	return l.sig.done
 }
 
 // Err returns nil while the lease is held; afterwards an error wrapping
@@ -132,13 +139,16 @@ func (l *Lease) Err() error {
 func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
+	if l.sig == nil {
+		l.sig = &leaseSignals{}
+	}
+	if l.sig.ctx == nil {
+		l.sig.ctx, l.sig.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
 		if l.err != nil {
-			l.cancel(l.err)
+			l.sig.cancel(l.err)
 		}
 	}
-	return l.ctx
+	return l.sig.ctx
 }
 
 // ValidFor returns how long the lease is known to be valid from now, by the
@@ -294,8 +304,7 @@ func (l *Lease) confirmedLocked(sent time.Time) {
 		}
 		l.c.mu.Unlock()
 	}
-	l.nextRenew = at + int64(l.renewEvery)
-	l.renewalLocked()
+	l.renewalLocked(at + int64(l.renewEvery))
 }
 
 // lose ends the lease with ErrLeaseLost wrapping cause.
@@ -313,14 +322,16 @@ func (l *Lease) end(err error) bool {
 		return false
 	}
 	l.err = err
-	done, cancel := l.done, l.cancel
+	sig := l.sig
 	l.mu.Unlock()
 	l.c.unregister(l)
-	if cancel != nil {
-		cancel(err)
-	}
-	if done != nil {
-		close(done)
+	if sig != nil {
+		if sig.cancel != nil {
+			sig.cancel(err)
+		}
+		if sig.done != nil {
+			close(sig.done)
+		}
 	}
 	return true
 }

@@ -184,12 +184,12 @@ func (c *Client) at(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
 // time converts a reading of the Client's clock back to a time.Time.
 func (c *Client) time(at int64) time.Time { return c.epoch.Add(time.Duration(at)) }
 
-// scheduleRenewLocked files l for renewal at its nextRenew (Client.mu held,
-// and l.mu unless l is not yet registered, so no one else can reach it).
-func (c *Client) scheduleRenewLocked(l *Lease) {
-	c.heaps[byRenew].set(l, l.nextRenew)
-	c.heaps[byEarly].set(l, l.nextRenew-int64(l.renewEvery/2))
-	c.renewer.wakeByLocked(l.nextRenew)
+// scheduleRenewLocked files l for renewal at at (Client.mu held, and l.mu
+// unless l is not yet registered, so no one else can reach it).
+func (c *Client) scheduleRenewLocked(l *Lease, at int64) {
+	c.heaps[byRenew].set(l, at)
+	c.heaps[byEarly].set(l, at-int64(l.renewEvery/2))
+	c.renewer.wakeByLocked(at)
 }
 
 // scheduleDeadlineLocked files l for loss at its validUntil (Client.mu held,
@@ -205,15 +205,15 @@ func (c *Client) unscheduleRenewLocked(l *Lease) {
 	c.heaps[byEarly].remove(l)
 }
 
-// renewal files l for renewal after its nextRenew changed (l.mu held), unless
-// it has ended, is being released or does not renew automatically.
-func (l *Lease) renewalLocked() {
+// renewalLocked files l for renewal at at (l.mu held), unless it has ended,
+// is being released or does not renew automatically.
+func (l *Lease) renewalLocked(at int64) {
 	if l.err != nil || l.releasing || !l.autoRenew {
 		return
 	}
 	l.c.mu.Lock()
 	if l.registered {
-		l.c.scheduleRenewLocked(l)
+		l.c.scheduleRenewLocked(l, at)
 	}
 	l.c.mu.Unlock()
 }
@@ -314,8 +314,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 			l.mu.Lock()
 			t := c.now()
 			retry := min(l.renewEvery/4, max(time.Duration(l.validUntil-t)/3, time.Millisecond))
-			l.nextRenew = t + int64(max(retry, time.Millisecond))
-			l.renewalLocked()
+			l.renewalLocked(t + int64(max(retry, time.Millisecond)))
 			l.mu.Unlock()
 			c.log.Warn("dlock: renewal failed, will retry", "name", l.name, "err", e)
 		}

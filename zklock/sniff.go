@@ -68,15 +68,19 @@ func (c *creates) done(prefix, path string) (created, bool) {
 }
 
 // saw records a successful reply whose body starts with the string path,
-// received on session at zxid, if it answers an announced create.
+// received on session at zxid, if it answers an announced create: a lock
+// node's name is its prefix (which ends with nodeMarker) and a sequence
+// number.
 func (c *creates) saw(path string, zxid, session int64) {
+	i := strings.LastIndex(path, nodeMarker)
+	if i < 0 {
+		return
+	}
+	prefix := path[:i+len(nodeMarker)]
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
-	for prefix, r := range c.want {
-		if r == nil && strings.HasPrefix(path, prefix) {
-			c.want[prefix] = &created{path: path, zxid: zxid, session: session}
-			return
-		}
+	if r, ok := c.want[prefix]; ok && r == nil {
+		c.want[prefix] = &created{path: path, zxid: zxid, session: session}
 	}
 }
 

@@ -2,13 +2,9 @@ package etcdlock
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,8 +23,13 @@ const DefaultDialTimeout = 5 * time.Second
 // Scheme is the URL scheme this package registers with dlock.
 const Scheme = "etcd"
 
+// SchemeTLS is the scheme of an etcd cluster reached over TLS: etcd:// with
+// tls=true.
+const SchemeTLS = "etcds"
+
 func init() {
 	dlock.Register(Scheme, OpenURL)
+	dlock.Register(SchemeTLS, OpenURL)
 }
 
 // OpenURL opens a driver from a URL of the form
@@ -44,11 +45,17 @@ func init() {
 //	              a lock's etcd lease has the lock's TTL, which dlock.Open
 //	              takes from the ttl parameter (and MutexOptions.TTL)
 //	dial_timeout  how long to wait for a connection (default 5s)
-//	tls           true to use TLS with the system's roots
+//	tls           true to use TLS with the system's roots (as etcds://)
 //	ca_file       PEM file of the CA to trust (implies tls)
 //	cert_file     PEM client certificate (with key_file; implies tls)
 //	key_file      PEM client key
-//	server_name   the name to verify in the server's certificate
+//	server_name   the name to verify in the server's certificate instead
+//	              of the endpoint's host (implies tls)
+//
+// With TLS, Open first makes one TLS handshake with each endpoint (within
+// dial_timeout), so that a wrong CA, a wrong server name or a missing client
+// certificate fails Open with the handshake's reason when no endpoint
+// accepts the handshake, not with gRPC's "context deadline exceeded".
 //
 // dlock.Open calls it for the etcd scheme. A malformed URL, or an unknown or
 // bad parameter, is refused with an error naming it that wraps
@@ -59,16 +66,21 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.TLS != nil {
+		if err := probeTLS(ctx, cfg.Endpoints, cfg.TLS, cfg.DialTimeout); err != nil {
+			return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+		}
+	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), openurl.RedactError(err, u))
+		return nil, connectError(ctx, cfg, u, err)
 	}
 	// Fail at Open rather than at the first lock when no member answers.
 	pctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	if _, err := cli.Get(pctx, "\x00dlock-ping", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), openurl.RedactError(err, u))
+		return nil, connectError(ctx, cfg, u, err)
 	}
 	return newDriver(cli, true, opts)
 }
@@ -78,8 +90,8 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 	cfg := clientv3.Config{DialTimeout: DefaultDialTimeout, Logger: zap.NewNop()}
 	opts := &Options{}
-	if u.Scheme != Scheme {
-		return cfg, nil, openurl.BadURL("etcdlock: URL scheme is %q, want %q", u.Scheme, Scheme)
+	if u.Scheme != Scheme && u.Scheme != SchemeTLS {
+		return cfg, nil, openurl.BadURL("etcdlock: URL scheme is %q, want %q or %q", u.Scheme, Scheme, SchemeTLS)
 	}
 	if u.Host == "" {
 		return cfg, nil, openurl.BadURL("etcdlock: url has no hosts (want etcd://host:2379[,host:2379…][/prefix])")
@@ -98,9 +110,12 @@ func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
 	}
-	var useTLS bool
-	var caFile, certFile, keyFile, serverName string
-	for k, vs := range u.Query() {
+	q := u.Query()
+	tp, useTLS, err := openurl.TakeTLSOn(q)
+	if err != nil {
+		return cfg, nil, openurl.BadURL("etcdlock: %w", err)
+	}
+	for k, vs := range q {
 		v := vs[len(vs)-1]
 		var err error
 		switch k {
@@ -114,16 +129,6 @@ func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 			if err == nil && cfg.DialTimeout <= 0 {
 				err = errors.New("must be positive")
 			}
-		case "tls":
-			useTLS, err = strconv.ParseBool(v)
-		case "ca_file":
-			caFile = v
-		case "cert_file":
-			certFile = v
-		case "key_file":
-			keyFile = v
-		case "server_name":
-			serverName = v
 		default:
 			return cfg, nil, openurl.BadURL("etcdlock: unknown url parameter %q (known: session_ttl, dial_timeout, tls, ca_file, cert_file, key_file, server_name)", k)
 		}
@@ -131,28 +136,10 @@ func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 			return cfg, nil, openurl.BadURL("etcdlock: url parameter %s=%q: %v", k, v, err)
 		}
 	}
-	if (certFile == "") != (keyFile == "") {
-		return cfg, nil, openurl.BadURL("etcdlock: url parameters cert_file and key_file must be given together")
-	}
-	if useTLS || caFile != "" || certFile != "" || serverName != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-		if caFile != "" {
-			pem, err := os.ReadFile(caFile)
-			if err != nil {
-				return cfg, nil, openurl.BadURL("etcdlock: ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return cfg, nil, openurl.BadURL("etcdlock: ca_file %q holds no PEM certificate", caFile)
-			}
-			tc.RootCAs = pool
-		}
-		if certFile != "" {
-			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-			if err != nil {
-				return cfg, nil, openurl.BadURL("etcdlock: cert_file/key_file: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
+	if useTLS || u.Scheme == SchemeTLS {
+		tc, err := tp.Config()
+		if err != nil {
+			return cfg, nil, openurl.BadURL("etcdlock: %w", err)
 		}
 		cfg.TLS = tc
 	}

@@ -32,6 +32,32 @@ func Etcd(t testing.TB, members int) *Cluster {
 	return clusterForTest(t, c, err)
 }
 
+// EtcdOptions configures an etcd cluster. A nil *EtcdOptions means the
+// defaults: plain HTTP for clients.
+type EtcdOptions struct {
+	// TLS, when set, serves clients over TLS only, with TLS's server
+	// certificate (readiness is then checked on a plain metrics port).
+	// Peers still talk plain HTTP on loopback. Default off.
+	TLS *TLS
+	// ClientAuth makes a TLS cluster require a client certificate signed by
+	// TLS's CA (--client-cert-auth). Default off.
+	ClientAuth bool
+}
+
+// EtcdWith is Etcd with options; with DLOCK_TEST_ETCD_URL set it skips t if
+// o asks for TLS.
+func EtcdWith(t testing.TB, members int, o *EtcdOptions) *Cluster {
+	t.Helper()
+	if o == nil || o.TLS == nil {
+		return Etcd(t, members)
+	}
+	if env := os.Getenv("DLOCK_TEST_ETCD_URL"); strings.TrimSpace(env) != "" {
+		t.Skip("testserver: DLOCK_TEST_ETCD_URL is set, and an external etcd cannot use the test's TLS")
+	}
+	c, err := retryPorts(func() (*Cluster, error) { return startEtcd(members, o) })
+	return clusterForTest(t, c, err)
+}
+
 // StartEtcd starts an etcd cluster of the given size from the etcd binary
 // (Debian's etcd-server) and waits until every member reports itself healthy.
 // The caller must Stop it. It does not look at DLOCK_TEST_ETCD_URL.
@@ -39,10 +65,13 @@ func Etcd(t testing.TB, members int) *Cluster {
 // Members use a 100ms heartbeat and a 1s election timeout (etcd's defaults),
 // so a killed leader is replaced within about two seconds.
 func StartEtcd(members int) (*Cluster, error) {
-	return retryPorts(func() (*Cluster, error) { return startEtcd(members) })
+	return retryPorts(func() (*Cluster, error) { return startEtcd(members, nil) })
 }
 
-func startEtcd(members int) (*Cluster, error) {
+func startEtcd(members int, o *EtcdOptions) (*Cluster, error) {
+	if o == nil {
+		o = &EtcdOptions{}
+	}
 	if members < 1 {
 		return nil, fmt.Errorf("testserver: StartEtcd: members = %d, want at least 1", members)
 	}
@@ -74,6 +103,28 @@ func startEtcd(members int) (*Cluster, error) {
 	for i, m := range c.Members {
 		m.initData = func() error { return nil } // etcd creates its data directory
 		clientURL := "http://" + m.addr
+		healthAddr := m.addr
+		var tlsArgs []string
+		if o.TLS != nil {
+			clientURL = "https://" + m.addr
+			port, err := freePort()
+			if err != nil {
+				for _, m := range c.Members {
+					os.RemoveAll(m.dir)
+				}
+				return nil, err
+			}
+			healthAddr = fmt.Sprintf("127.0.0.1:%d", port)
+			tlsArgs = []string{
+				"--cert-file", o.TLS.ServerCertFile,
+				"--key-file", o.TLS.ServerKeyFile,
+				"--trusted-ca-file", o.TLS.CAFile,
+				"--listen-metrics-urls", "http://" + healthAddr,
+			}
+			if o.ClientAuth {
+				tlsArgs = append(tlsArgs, "--client-cert-auth")
+			}
+		}
 		peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPorts[i])
 		state := "new"
 		if members > 1 {
@@ -88,7 +139,7 @@ func startEtcd(members int) (*Cluster, error) {
 			}
 		}
 		m.command = func() *exec.Cmd {
-			return exec.Command(bin,
+			return exec.Command(bin, append([]string{
 				"--name", fmt.Sprintf("m%d", i),
 				"--data-dir", m.dataDir,
 				"--listen-client-urls", clientURL,
@@ -97,7 +148,7 @@ func startEtcd(members int) (*Cluster, error) {
 				"--initial-advertise-peer-urls", peerURL,
 				"--initial-cluster", strings.Join(initial, ","),
 				"--initial-cluster-state", state,
-				"--initial-cluster-token", "dlock-test-"+token,
+				"--initial-cluster-token", "dlock-test-" + token,
 				// A wiped member is removed and added back while one
 				// member is down; etcd's strict check would refuse the
 				// add until it has seen every peer recently (~5s).
@@ -107,9 +158,9 @@ func startEtcd(members int) (*Cluster, error) {
 				"--logger", "zap",
 				"--log-outputs", "stderr",
 				"--log-level", "warn",
-			)
+			}, tlsArgs...)...)
 		}
-		m.ready = func(ctx context.Context) error { return etcdHealth(ctx, m.addr) }
+		m.ready = func(ctx context.Context) error { return etcdHealth(ctx, healthAddr) }
 	}
 	if err := startMembers(c.Members); err != nil {
 		return nil, err

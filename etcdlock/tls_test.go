@@ -1,0 +1,68 @@
+package etcdlock
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/dlock/dlock/internal/openurl/tlstest"
+	"github.com/dlock/dlock/internal/testserver"
+)
+
+// TestTLSAndAuth opens etcd URLs against a member that serves clients over
+// TLS only, requires a client certificate signed by the test CA and has
+// user/password auth on: the CA, the client certificate and the server name
+// come from the URL (etcds:// or tls=true or the file parameters); a wrong
+// password, a wrong CA, a wrong server name, a missing client certificate
+// and plaintext each fail Open with their reason (old code: "context
+// deadline exceeded" after dial_timeout) and without the password.
+func TestTLSAndAuth(t *testing.T) {
+	const pw = "s3cret-Pa55"
+	ts := testserver.NewTLS(t)
+	c := testserver.EtcdWith(t, 1, &testserver.EtcdOptions{TLS: ts, ClientAuth: true})
+	addr := c.Members[0].Addr()
+	plain := shared.Members[0].Addr()
+	enableAuth(t, addr, ts, pw)
+	files := "ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	base := "etcd://root:" + pw + "@" + addr + "/tlstest/?dial_timeout=3s&"
+	tlstest.Run(t, []tlstest.Case{
+		{Name: "verified mTLS with password", URL: base + files},
+		{Name: "etcds scheme", URL: "etcds://root:" + pw + "@" + addr + "/tlstest/?" + files},
+		{Name: "server_name", URL: base + files + "&server_name=" + testserver.TLSServerName},
+		{Name: "wrong server_name", URL: base + files + "&server_name=other.example", WantErr: "x509: certificate is valid for", Secret: pw},
+		{Name: "wrong password", URL: "etcd://root:wrong-" + pw + "@" + addr + "/?dial_timeout=3s&" + files, WantErr: "authentication failed", Secret: "wrong-" + pw},
+		{Name: "wrong CA", URL: base + "ca_file=" + url.QueryEscape(ts.OtherCAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
+		{Name: "plaintext against TLS", URL: "etcd://root:" + pw + "@" + addr + "/?dial_timeout=2s", WantErr: "the server speaks TLS", Secret: pw},
+		{Name: "TLS asked of a plaintext server", URL: "etcd://" + plain + "/?dial_timeout=3s&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "TLS handshake: " + plain},
+		{Name: "no client certificate", URL: base + "ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "certificate required|bad certificate", Secret: pw},
+	})
+}
+
+// enableAuth turns on etcd's auth with a root user whose password is pw.
+func enableAuth(t *testing.T, addr string, ts *testserver.TLS, pw string) {
+	t.Helper()
+	tc, err := ts.ClientConfig(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, TLS: tc, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.UserAdd(ctx, "root", pw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

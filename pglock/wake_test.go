@@ -24,3 +24,13 @@ func wakeFair(b *testing.B, mode Mode) {
 	defer h.Close()
 	sqltest.WakeFair(b, h.NewDriver)
 }
+
+// TestWakesOnRelease: in every mode a release wakes a waiter on another
+// driver long before its next poll.
+func TestWakesOnRelease(t *testing.T) {
+	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			sqltest.WakesOnRelease(t, newTestHarness(t, mode).NewDriver)
+		})
+	}
+}

@@ -20,3 +20,16 @@ func BenchmarkWakeFair(b *testing.B) {
 	defer h.Close()
 	sqltest.WakeFair(b, h.NewDriver)
 }
+
+// TestWakesOnRelease: a release wakes a waiter in another driver (another
+// process, as far as the file is concerned) through the companion file,
+// long before its next poll.
+func TestWakesOnRelease(t *testing.T) {
+	hn, err := newHarness(context.Background(), t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hn.(*harness)
+	defer h.Close()
+	sqltest.WakesOnRelease(t, h.NewDriver)
+}

@@ -3,6 +3,7 @@ package sqltest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
@@ -154,4 +155,68 @@ func contend(b *testing.B, clients []*dlock.Client, workers int, holdFor, d time
 	}
 	wg.Wait()
 	return seq, maxWait
+}
+
+// WakesOnRelease checks that a release wakes a blocked waiter: the holder
+// (on one driver) holds with a one-minute TTL, the waiter (on another)
+// polls at most once a minute (WaitMin = WaitMax = 1 minute), so only a
+// wake-up from the backend can hand it the lock within the 20s allowed
+// after the release.
+func WakesOnRelease(t *testing.T, open Open) {
+	ctx := context.Background()
+	var cs []*dlock.Client
+	for i := 0; i < 2; i++ {
+		d, err := open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dlock.New(d, &dlock.Options{TTL: time.Minute, WaitMin: time.Minute, WaitMax: time.Minute})
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	name := RandomName("wakes")
+	la, err := cs[0].NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 40*time.Second)
+	defer cancel()
+	got := make(chan error, 1)
+	waiting := make(chan struct{})
+	go func() {
+		m := cs[1].NewMutex(name, nil)
+		if _, err := m.TryLock(wctx); !errors.Is(err, dlock.ErrLocked) {
+			got <- fmt.Errorf("TryLock on the held lock: %v, want ErrLocked", err)
+			return
+		}
+		close(waiting)
+		l, err := m.Lock(wctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		got <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-got:
+		t.Fatal(err)
+	}
+	// The holder holds on for a moment while the waiter enters Lock (its
+	// first attempt fails, it subscribes, tries once more and waits). Had
+	// the release come first, the waiter would simply take the lock.
+	hold := time.NewTimer(300 * time.Millisecond)
+	<-hold.C
+	if err := la.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+		t.Logf("waiter got the lock %v after the release", time.Since(released).Round(time.Microsecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiter did not get the lock within 20s of the release: no wake-up (its next poll is a minute away)")
+	}
 }

@@ -194,31 +194,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		return m.Unlock(ctx)
 	}
-	b.Run("client", func(b *testing.B) {
-		c := dlock.New(newTestDriver(b, newClient(b, shared.Endpoints()), nil), &dlock.Options{TTL: 30 * time.Second})
-		defer c.Close()
-		mu := c.NewMutex(name+"-client", nil)
-		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
-			l, err := mu.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			return l.Unlock(ctx)
-		}, peer)
-	})
-	b.Run("driver", func(b *testing.B) {
-		d := newTestDriver(b, newClient(b, shared.Endpoints()), nil)
-		req := queuetest.Req(name+"-driver", "A")
-		req.TTL = 30 * time.Second
-		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
-			g, err := d.Acquire(ctx, req)
-			if err != nil {
-				return err
-			}
-			_, err = d.Release(ctx, queuetest.Lease(req.Name, req.Owner, g))
-			return err
-		}, peer)
-	})
+	queuetest.UncontendedClientAndDriver(b, name, 30*time.Second, func(t testing.TB) queuetest.Driver { return newTestDriver(t, newClient(t, shared.Endpoints()), nil) }, floor, peer)
 }
 
 // BenchmarkLockCostGrowth locks and unlocks one name through a dlock Client

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 	"github.com/dlock/dlock/internal/testserver"
@@ -291,29 +290,5 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		return zl.Unlock()
 	}
-	b.Run("client", func(b *testing.B) {
-		c := dlock.New(newTestDriver(b, shared.Endpoints(), nil), &dlock.Options{TTL: testSession})
-		defer c.Close()
-		mu := c.NewMutex(name+"-client", nil)
-		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
-			l, err := mu.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			return l.Unlock(ctx)
-		}, peer)
-	})
-	b.Run("driver", func(b *testing.B) {
-		d := newTestDriver(b, shared.Endpoints(), nil)
-		req := queuetest.Req(name+"-driver", "A")
-		req.TTL = testSession
-		queuetest.Uncontended(b, floor, func(ctx context.Context) error {
-			g, err := d.Acquire(ctx, req)
-			if err != nil {
-				return err
-			}
-			_, err = d.Release(ctx, queuetest.Lease(req.Name, req.Owner, g))
-			return err
-		}, peer)
-	})
+	queuetest.UncontendedClientAndDriver(b, name, testSession, func(t testing.TB) queuetest.Driver { return newTestDriver(t, shared.Endpoints(), nil) }, floor, peer)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/locktest"
 )
 
@@ -132,6 +133,38 @@ func Uncontended(b *testing.B, floor, dlock, peer func(context.Context) error) {
 	b.ReportMetric(p[2], "peer-p50-µs")
 	b.ReportMetric(p[1]/p[2], "dlock/peer")
 	b.ReportMetric(p[1]/p[0], "dlock/floor")
+}
+
+// UncontendedClientAndDriver runs Uncontended on lock name with dlock's
+// Lock+Unlock measured two ways: through a dlock Client with TTL ttl
+// (sub-benchmark client) and as Acquire+Release on the bare driver (driver),
+// each over a driver from newDriver, which the caller closes.
+func UncontendedClientAndDriver(b *testing.B, name string, ttl time.Duration, newDriver func(testing.TB) Driver, floor, peer func(context.Context) error) {
+	b.Run("client", func(b *testing.B) {
+		c := dlock.New(newDriver(b), &dlock.Options{TTL: ttl})
+		defer c.Close()
+		mu := c.NewMutex(name+"-client", nil)
+		Uncontended(b, floor, func(ctx context.Context) error {
+			l, err := mu.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}, peer)
+	})
+	b.Run("driver", func(b *testing.B) {
+		d := newDriver(b)
+		req := Req(name+"-driver", "A")
+		req.TTL = ttl
+		Uncontended(b, floor, func(ctx context.Context) error {
+			g, err := d.Acquire(ctx, req)
+			if err != nil {
+				return err
+			}
+			_, err = d.Release(ctx, Lease(req.Name, req.Owner, g))
+			return err
+		}, peer)
+	})
 }
 
 // Growth runs cycle (one Lock+Unlock of the same name) max(b.N, 2000) times

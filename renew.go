@@ -181,9 +181,6 @@ func (c *Client) now() int64 { return int64(time.Since(c.epoch)) }
 // at converts t to the Client's clock.
 func (c *Client) at(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
 
-// time converts a reading of the Client's clock back to a time.Time.
-func (c *Client) time(at int64) time.Time { return c.epoch.Add(time.Duration(at)) }
-
 // scheduleRenewLocked files l for renewal at at (Client.mu held, and l.mu
 // unless l is not yet registered, so no one else can reach it).
 func (c *Client) scheduleRenewLocked(l *Lease, at int64) {
@@ -218,26 +215,38 @@ func (l *Lease) renewalLocked(at int64) {
 	l.c.mu.Unlock()
 }
 
-// runRenewer renews every auto-renewing lease of c. On each tick it sends
-// one driver.Renew call covering every lease that is due, or due within half
-// its interval, so leases taken at different times fall into step and K
-// leases cost one round trip per tick rather than K.
-func (c *Client) runRenewer() {
+// nextKey returns the least key of the heap, idle if it is empty.
+func (h *leaseHeap) nextKey() int64 {
+	if len(h.ls) == 0 {
+		return idle
+	}
+	return h.ls[0].keys[h.k]
+}
+
+// runSleeper runs one of c's scheduling goroutines until c closes: take
+// returns the leases whose time has come, which handle serves, or else when
+// to look again (having armed s for it under Client.mu).
+func (c *Client) runSleeper(s *sleeper, take func(now int64) (int64, []*Lease), handle func([]*Lease)) {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		now := c.now()
-		next, batch := c.dueLeases(now)
-		if len(batch) > 0 {
-			c.renewBatch(batch)
+		next, ls := take(c.now())
+		if len(ls) > 0 {
+			handle(ls)
 			continue
 		}
-		if !c.renewer.sleep(c, timer, next) {
+		if !s.sleep(c, timer, next) {
 			return
 		}
 	}
 }
+
+// runRenewer renews every auto-renewing lease of c. On each tick it sends
+// one driver.Renew call covering every lease that is due, or due within half
+// its interval, so leases taken at different times fall into step and K
+// leases cost one round trip per tick rather than K.
+func (c *Client) runRenewer() { c.runSleeper(&c.renewer, c.dueLeases, c.renewBatch) }
 
 // dueLeases takes out of the renewal heaps the leases to renew now, or
 // returns when the next one falls due (idle if none; the renewer is armed for
@@ -246,12 +255,7 @@ func (c *Client) runRenewer() {
 func (c *Client) dueLeases(now int64) (next int64, batch []*Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	h := c.heaps[byRenew].head()
-	if h == nil || h.keys[byRenew] > now {
-		next = idle
-		if h != nil {
-			next = h.keys[byRenew]
-		}
+	if next = c.heaps[byRenew].nextKey(); next > now {
 		c.renewer.armed = next
 		return next, nil
 	}
@@ -324,21 +328,11 @@ func (c *Client) renewBatch(batch []*Lease) {
 // runReaper ends the leases whose local validity deadline passes before
 // renewal confirmed them.
 func (c *Client) runReaper() {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	for {
-		next, expired := c.expiredLeases(c.now())
+	c.runSleeper(&c.reaper, c.expiredLeases, func(expired []*Lease) {
 		for _, l := range expired {
 			l.deadlinePassed()
 		}
-		if len(expired) > 0 {
-			continue
-		}
-		if !c.reaper.sleep(c, timer, next) {
-			return
-		}
-	}
+	})
 }
 
 // expiredLeases takes out of the deadline heap up to schedBatch leases whose
@@ -359,10 +353,7 @@ func (c *Client) expiredLeases(now int64) (next int64, expired []*Lease) {
 	if len(expired) > 0 {
 		return 0, expired
 	}
-	next = idle
-	if l := h.head(); l != nil {
-		next = l.keys[byDeadline]
-	}
+	next = h.nextKey()
 	c.reaper.armed = next
 	return next, nil
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -28,7 +29,7 @@ type Client struct {
 	epoch time.Time // zero of the Client's clock (see Client.now)
 
 	mu     sync.Mutex
-	closed bool
+	closed atomic.Bool // set under mu, read without it by isClosed
 	// leases lists every lease the Client holds (linked through
 	// Lease.prev and Lease.next); heaps schedule their renewals and
 	// validity deadlines (see renew.go).
@@ -223,7 +224,7 @@ func (c *Client) Do(ctx context.Context, name string, opts *MutexOptions, fn fun
 func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.mu.Lock()
-		c.closed = true
+		c.closed.Store(true)
 		var leases []*Lease
 		for l := c.leases; l != nil; l = l.next {
 			leases = append(leases, l)
@@ -280,11 +281,7 @@ func (c *Client) Close() error {
 	return c.closeErr
 }
 
-func (c *Client) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *Client) isClosed() bool { return c.closed.Load() }
 
 // lostWatcher ends the leases bound to one driver loss channel.
 type lostWatcher struct {
@@ -296,7 +293,7 @@ type lostWatcher struct {
 func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return false
 	}
 	l.registered = true

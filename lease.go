@@ -273,10 +273,9 @@ func (l *Lease) beginRelease() bool {
 	if l.err != nil || l.releasing {
 		return false
 	}
+	// The lease stays in the renewal heaps until it ends (renewBatch skips
+	// it), so that an Unlock takes Client.mu once, in unregister.
 	l.releasing = true
-	l.c.mu.Lock()
-	l.c.unscheduleRenewLocked(l)
-	l.c.mu.Unlock()
 	return true
 }
 

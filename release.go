@@ -47,7 +47,7 @@ func (c *Client) releaseUnknown(op string, dl driver.Lease, lost <-chan struct{}
 		p.until = time.Now().Add(dl.TTL + dl.LockDelay + defaultDrift(dl.TTL) + c.opts.ReleaseTimeout)
 	}
 	c.mu.Lock()
-	if c.closed {
+	if c.closed.Load() {
 		c.mu.Unlock()
 		c.log.Warn("dlock: release failed while the client closes; the lock is freed when its TTL or session ends",
 			"op", op, "name", dl.Name, "err", err)

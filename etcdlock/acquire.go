@@ -110,9 +110,11 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 		return driver.Grant{}, ctxerr.Wrap(ctx, "etcdlock: enqueue", err)
 	}
 	if !resp.Succeeded {
-		// Someone else wrote a key of this driver's lease: not ours, leave
-		// it, and keep its slot out of use.
-		return driver.Grant{}, fmt.Errorf("etcdlock: key %q exists already", h.key)
+		// The key names this driver's lease and a slot not in use: it can
+		// only be the put of an earlier attempt whose outcome was unknown
+		// and that reached the server after its discard looked. Remove it.
+		d.discard(h, 0)
+		return driver.Grant{}, fmt.Errorf("etcdlock: key %q exists already (a late put of an earlier attempt; removed)", h.key)
 	}
 	h.rev = resp.Header.Revision
 	rev := h.rev

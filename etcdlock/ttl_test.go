@@ -526,3 +526,36 @@ func TestSlotOfUnknownReleaseIsNotReused(t *testing.T) {
 		t.Fatalf("third Release of the first grant: %v, want ErrNotHeld", err)
 	}
 }
+
+// TestLatePutOfAnEarlierAttemptIsRemoved: a put whose outcome was unknown
+// may reach the server after its discard found nothing. The key names the
+// driver's lease and a free slot, so the next acquire on that slot removes
+// it rather than leave it blocking the lock while the lease lives.
+func TestLatePutOfAnEarlierAttemptIsRemoved(t *testing.T) {
+	cli := newClient(t, shared.Endpoints())
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := queuetest.Ctx(t, 20*time.Second)
+	g, err := d.TryAcquire(ctx, queuetest.Req("late-put", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd := g.Handle.(*handle)
+	if _, err := d.Release(ctx, queuetest.Lease("late-put", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+	// The late put, on the driver's lease at the free slot.
+	if _, err := cli.Put(ctx, hd.key, "A", clientv3.WithLease(hd.sess.id)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.TryAcquire(ctx, queuetest.Req("late-put", "B")); err == nil {
+		t.Fatal("TryAcquire over the late put succeeded")
+	}
+	queuetest.Eventually(t, 5*time.Second, "late put removed", func() bool { return len(keys(t, cli, d.queuePrefix("late-put"))) == 0 })
+	g, err = d.TryAcquire(ctx, queuetest.Req("late-put", "B"))
+	if err != nil {
+		t.Fatalf("TryAcquire after the late put was removed: %v", err)
+	}
+	if _, err := d.Release(ctx, queuetest.Lease("late-put", "B", g)); err != nil {
+		t.Fatal(err)
+	}
+}

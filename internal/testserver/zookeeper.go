@@ -25,6 +25,14 @@ type ZooKeeperOptions struct {
 	// Faketime runs the JVMs under libfaketime, so SetClockOffset can jump
 	// their wall clocks. Default off.
 	Faketime bool
+	// TLS, when set, makes each server's client address (Addr) a TLS port
+	// (secureClientPort, Netty connection factory, PEM key and trust
+	// stores); a plain port stays open on loopback for the readiness probe.
+	// Default off.
+	TLS *TLS
+	// ClientAuth makes a TLS server require a client certificate signed by
+	// TLS's CA (ssl.clientAuth=need). Default off.
+	ClientAuth bool
 }
 
 // DefaultZooKeeperTickTime is the tickTime used when ZooKeeperOptions.TickTime
@@ -49,8 +57,8 @@ func ZooKeeper(t testing.TB, nodes int) *Cluster {
 func ZooKeeperWith(t testing.TB, nodes int, o *ZooKeeperOptions) *Cluster {
 	t.Helper()
 	if env := os.Getenv("DLOCK_TEST_ZK_URL"); strings.TrimSpace(env) != "" {
-		if o != nil && o.Faketime {
-			t.Skip("testserver: DLOCK_TEST_ZK_URL is set, and an external ZooKeeper cannot run under Faketime")
+		if o != nil && (o.Faketime || o.TLS != nil) {
+			t.Skip("testserver: DLOCK_TEST_ZK_URL is set, and an external ZooKeeper cannot run under Faketime or with the test's TLS")
 		}
 		return externalCluster(t, "zk", env, nodes, zkLeader)
 	}
@@ -94,6 +102,15 @@ func startZooKeeper(nodes int, o *ZooKeeperOptions) (*Cluster, error) {
 	cp, err := zkClasspath()
 	if err != nil {
 		return nil, err
+	}
+	if o.TLS != nil {
+		// Debian's zookeeper.jar names only part of Netty; TLS needs its
+		// codec and resolver too.
+		for _, j := range []string{"netty-codec.jar", "netty-resolver.jar", "netty-transport-native-unix-common.jar"} {
+			if p := filepath.Join("/usr/share/java", j); fileExists(p) {
+				cp += ":" + p
+			}
+		}
 	}
 	c := &Cluster{kind: "zk", leader: zkLeader}
 	quorumPorts := make([]int, nodes)
@@ -141,6 +158,18 @@ func startZooKeeper(nodes int, o *ZooKeeperOptions) (*Cluster, error) {
 			"autopurge.purgeInterval=0",
 			"reconfigEnabled=false",
 		}
+		probeAddr := m.addr
+		if o.TLS != nil {
+			extra, plain, err := zkTLSConfig(m, o)
+			if err != nil {
+				for _, m := range c.Members {
+					os.RemoveAll(m.dir)
+				}
+				return nil, fmt.Errorf("testserver: zk: %w", err)
+			}
+			cfg = append(cfg, extra...)
+			probeAddr = plain
+		}
 		if nodes > 1 {
 			for j := range c.Members {
 				cfg = append(cfg, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", j+1, quorumPorts[j], electionPorts[j]))
@@ -176,7 +205,7 @@ func startZooKeeper(nodes int, o *ZooKeeperOptions) (*Cluster, error) {
 				"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath)
 		}
 		m.ready = func(ctx context.Context) error {
-			mode, err := zkMode(ctx, m.addr)
+			mode, err := zkMode(ctx, probeAddr)
 			if err != nil {
 				return err
 			}
@@ -190,6 +219,48 @@ func startZooKeeper(nodes int, o *ZooKeeperOptions) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// zkTLSConfig returns the zoo.cfg lines that make m's client port a TLS
+// port, and the plain loopback address left for probes. The key store is
+// one PEM file holding the server's key and certificate.
+func zkTLSConfig(m *Server, o *ZooKeeperOptions) ([]string, string, error) {
+	plainPort, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	key, err := os.ReadFile(o.TLS.ServerKeyFile)
+	if err != nil {
+		return nil, "", err
+	}
+	cert, err := os.ReadFile(o.TLS.ServerCertFile)
+	if err != nil {
+		return nil, "", err
+	}
+	store := filepath.Join(m.dir, "keystore.pem")
+	if err := os.WriteFile(store, append(key, cert...), 0o600); err != nil {
+		return nil, "", err
+	}
+	auth := "none"
+	if o.ClientAuth {
+		auth = "need"
+	}
+	return []string{
+		"clientPort=" + strconv.Itoa(plainPort),
+		"secureClientPort=" + strconv.Itoa(m.port),
+		"secureClientPortAddress=127.0.0.1",
+		"serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+		"ssl.keyStore.location=" + store,
+		"ssl.keyStore.type=PEM",
+		"ssl.trustStore.location=" + o.TLS.CAFile,
+		"ssl.trustStore.type=PEM",
+		"ssl.clientAuth=" + auth,
+	}, fmt.Sprintf("127.0.0.1:%d", plainPort), nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // zkClasspath finds the ZooKeeper server classes: Debian's zookeeper.jar

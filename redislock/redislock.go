@@ -91,6 +91,8 @@ type Driver struct {
 
 	gate      redisscript.Gate   // Close waits for calls in flight, refuses new ones
 	grants    redisscript.Grants // granted and not released: Close releases them
+	stop      chan struct{}      // closed when Close (or kill) begins: wakes waiters
+	stopOnce  sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -100,6 +102,7 @@ var (
 	_ driver.Notifier  = (*Driver)(nil)
 	_ driver.Inspector = (*Driver)(nil)
 	_ driver.Limiter   = (*Driver)(nil)
+	_ driver.Queuer    = (*Driver)(nil)
 )
 
 // New returns a driver that keeps locks through client. Close does not close
@@ -122,7 +125,7 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if err := redisscript.CheckPrefix(prefix); err != nil {
 		return nil, openurl.Invalid("KeyPrefix", "redislock: invalid KeyPrefix: %w", err)
 	}
-	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client, nil)}, nil
+	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client, nil), stop: make(chan struct{})}, nil
 }
 
 func (d *Driver) keys(name string, handle any) redisscript.Keys {
@@ -149,13 +152,18 @@ var errClosed = fmt.Errorf("redislock: %w", dlock.ErrClosed)
 // grant that completes while Close runs is not returned but released by
 // Close.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.attempt(ctx, redisscript.KeysFor(d.prefix, req.Name), req, 0)
+}
+
+// attempt runs the acquire script once; wait > 0 queues a refused caller
+// (see redisscript.AcquireQueued).
+func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.AcquireRequest, wait time.Duration) (driver.Grant, error) {
 	if !d.gate.Enter() {
 		return driver.Grant{}, errClosed
 	}
 	defer d.gate.Exit()
-	k := redisscript.KeysFor(d.prefix, req.Name)
 	sent := time.Now()
-	r, err := redisscript.Acquire(ctx, d.client, k, req.Owner, req.TTL, req.LockDelay)
+	r, err := redisscript.AcquireQueued(ctx, d.client, k, req.Owner, req.TTL, req.LockDelay, wait)
 	if err != nil {
 		// The outcome is unknown: the script may have run. Book it, so
 		// that Close releases it if nobody does first (the dlock
@@ -170,7 +178,101 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if d.gate.Stopped() {
 		return driver.Grant{}, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
-	return driver.Grant{Token: r.Fence, Count: r.Count, Handle: &k}, nil
+	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Handle: &k}, nil
+}
+
+// queueWait is how long a waiter's entry in a lock's queue lasts unless
+// the waiter renews it; a waiter renews it (with another attempt) every
+// queueWait/3. A waiter that vanished holds up the queue for at most this.
+const queueWait = 3 * time.Second
+
+// Acquire waits for the lock in its queue on the server: waiters are
+// granted in the order they first asked, whichever process they are in.
+// The first attempt is TryAcquire's; once refused, the caller is queued and
+// subscribed, and a release (or a waiter leaving) wakes only the first live
+// waiter, which takes the lock with one more script call. Meanwhile a
+// waiter renews its queue entry every queueWait/3 with another attempt, and
+// also tries when the holder's key would expire. TryAcquire (a caller that
+// does not wait) and a releaser asking again go behind the queued waiters.
+//
+// When ctx ends or the driver closes, the waiter leaves the queue (waking
+// the next one) and Acquire returns an error wrapping ctx.Err() or
+// dlock.ErrClosed. A queue entry left behind by a crashed waiter is dropped
+// after queueWait. Grant.Sent is when the granting attempt was sent.
+func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	k := redisscript.KeysFor(d.prefix, req.Name)
+	sig := make(chan struct{}, 1)
+	var sub *redisscript.Sub
+	defer func() {
+		if sub != nil {
+			sub.Close(false)
+		}
+	}()
+	for attempts := 0; ; attempts++ {
+		g, err := d.attempt(ctx, k, req, queueWait)
+		if err == nil {
+			return g, nil
+		}
+		var le *driver.LockedError
+		if !errors.As(err, &le) {
+			if attempts > 0 && !errors.Is(err, dlock.ErrClosed) {
+				// Refused before, so any hold of this owner is this
+				// attempt's own grant, if the script ran: release it.
+				d.undoAttempt(ctx, k, req.Owner)
+			}
+			d.leave(ctx, k, req.Owner)
+			return driver.Grant{}, err
+		}
+		if sub == nil {
+			if s, err := d.hub.SubscribeOwner(ctx, k.Channel, req.Owner, sig); err == nil {
+				sub = s
+				continue // a release before the subscription is not missed
+			}
+		}
+		wait := queueWait / 3
+		if le.RetryAfter > 0 && le.RetryAfter+time.Millisecond < wait {
+			wait = le.RetryAfter + time.Millisecond
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			d.leave(ctx, k, req.Owner)
+			return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire", ctx.Err())
+		case <-d.stop:
+			t.Stop()
+			return driver.Grant{}, errClosed
+		case <-sig:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// leave takes owner out of k's queue, best effort (a failure leaves the
+// entry to expire).
+func (d *Driver) leave(ctx context.Context, k redisscript.Keys, owner string) {
+	if !d.gate.Enter() {
+		return
+	}
+	defer d.gate.Exit()
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = redisscript.Leave(lctx, d.client, k, owner)
+}
+
+// undoAttempt releases the grant an attempt of unknown outcome may have
+// made; if it cannot, the grant stays booked for Close.
+func (d *Driver) undoAttempt(ctx context.Context, k redisscript.Keys, owner string) {
+	if !d.gate.Enter() {
+		return
+	}
+	defer d.gate.Exit()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, held, err := redisscript.Release(rctx, d.client, k, owner, 0); err == nil {
+		d.grants.Released(k.Lock, owner, held)
+	}
 }
 
 // Release gives up one hold. The last hold deletes the lock at once and
@@ -285,6 +387,7 @@ func (d *Driver) Limits() driver.Limits {
 // timeouts. Close is idempotent.
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
+		d.stopWaiters()
 		d.gate.Stop()
 		if err := d.grants.ReleaseAll([]redis.UniversalClient{d.client}); err != nil {
 			d.closeErr = fmt.Errorf("redislock: close: %w", err)
@@ -301,9 +404,13 @@ func (d *Driver) Close() error {
 	return d.closeErr
 }
 
+// stopWaiters wakes every Acquire waiting, to return ErrClosed.
+func (d *Driver) stopWaiters() { d.stopOnce.Do(func() { close(d.stop) }) }
+
 // kill drops every connection at once without releasing anything, as a
 // crashed process would. For tests.
 func (d *Driver) kill() {
+	d.stopWaiters()
 	_ = d.hub.Close()
 	_ = d.client.Close()
 	d.gate.Stop()

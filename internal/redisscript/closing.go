@@ -233,7 +233,7 @@ func releaseHeld(ctx context.Context, c redis.UniversalClient, hs []Held) error 
 	var cmds []*redis.Cmd
 	for _, h := range hs {
 		for range max(h.Holds, 1) {
-			cmds = append(cmds, pipe.Eval(ctx, releaseSrc, []string{h.Keys.Lock}, h.Owner, strconv.Itoa(0), h.Keys.Channel))
+			cmds = append(cmds, pipe.Eval(ctx, releaseSrc, h.Keys.releaseKeys(), h.Owner, strconv.Itoa(0), h.Keys.Channel))
 		}
 	}
 	_, _ = pipe.Exec(ctx)

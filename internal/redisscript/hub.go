@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,8 +16,10 @@ import (
 // connection to one server. Each channel is subscribed once per hub, when its
 // first waiter arrives, and unsubscribed when its last waiter leaves.
 //
-// A release message wakes one waiter of the hub, the one waiting longest
-// that has no wake-up pending: only one waiter can win the lock, so waking
+// A release message naming a queued waiter (token, newline, owner: see
+// releaseSrc) wakes that waiter only, if it is registered on this hub with
+// SubscribeOwner, and nobody else. Any other release message wakes one
+// waiter of the hub, the one waiting longest that has no wake-up pending: only one waiter can win the lock, so waking
 // every waiter of a process would only send them all to the server to lose.
 // A waiter that leaves with an unconsumed wake-up passes it on to the next.
 // Every process (hub) subscribed to the channel gets the message, so one
@@ -47,6 +50,7 @@ type Hub struct {
 type Sub struct {
 	hub     *Hub
 	channel string
+	owner   string // queued waiter's owner ("" for none)
 	sig     chan struct{}
 	gone    bool // guarded by hub.mu
 }
@@ -68,6 +72,12 @@ var errHubClosed = errors.New("release notifications closed")
 // one sig. It returns once the SUBSCRIBE command is written, without waiting
 // for the server's confirmation (the confirmation wakes the waiter instead).
 func (h *Hub) Subscribe(ctx context.Context, channel string, sig chan struct{}) (*Sub, error) {
+	return h.SubscribeOwner(ctx, channel, "", sig)
+}
+
+// SubscribeOwner is Subscribe for the queued waiter owner: release messages
+// that name owner wake it (and only it), besides the wake-ups of Subscribe.
+func (h *Hub) SubscribeOwner(ctx context.Context, channel, owner string, sig chan struct{}) (*Sub, error) {
 	h.opMu.Lock()
 	defer h.opMu.Unlock()
 	h.mu.Lock()
@@ -80,7 +90,7 @@ func (h *Hub) Subscribe(ctx context.Context, channel string, sig chan struct{}) 
 		h.done = make(chan struct{})
 		go h.receive(h.ps, h.done)
 	}
-	s := &Sub{hub: h, channel: channel, sig: sig}
+	s := &Sub{hub: h, channel: channel, owner: owner, sig: sig}
 	first := len(h.subs[channel]) == 0
 	h.subs[channel] = append(h.subs[channel], s)
 	ps := h.ps
@@ -159,6 +169,26 @@ func (h *Hub) wakeOne(channel string) {
 	}
 }
 
+// wakeFor delivers a release message: to the waiter it names, or else to
+// the oldest waiter (see Hub). h.mu must be held.
+func (h *Hub) wakeFor(channel, payload string) {
+	i := strings.IndexByte(payload, '\n')
+	if i < 0 {
+		h.wakeOne(channel)
+		return
+	}
+	owner := payload[i+1:]
+	for _, s := range h.subs[channel] {
+		if s.owner == owner {
+			select {
+			case s.sig <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
+
 // wakeAll wakes every waiter on channel, or on every channel when channel is
 // empty. h.mu must be held.
 func (h *Hub) wakeAll(channel string) {
@@ -214,7 +244,7 @@ func (h *Hub) receive(ps *redis.PubSub, done chan struct{}) {
 				continue
 			}
 			h.mu.Lock()
-			h.wakeOne(m.Channel)
+			h.wakeFor(m.Channel, m.Payload)
 			h.mu.Unlock()
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {

@@ -12,6 +12,8 @@
 //	P{E}        string: count, token, lease expiry, lock-delay, owner (see scripts.go)
 //	P{E}:fence  string: the fencing counter; survives release, never deleted
 //	P{E}:rel    pub/sub channel: a message is published on every release
+//	P{E}:q      zset: the waiter queue, owner → arrival (server ms)
+//	P{E}:qd     hash: each queued owner's entry deadline (server ms)
 //
 // E is N itself when N contains no '{' or '}' and does not start with '~';
 // otherwise E is '~' followed by the unpadded URL-safe base64 of N. Either
@@ -40,6 +42,8 @@ type Keys struct {
 	Lock    string // the lock
 	Fence   string // the fencing counter
 	Channel string // the release channel
+	Queue   string // the waiter queue: a zset of owners by arrival
+	Waits   string // the waiter queue's deadlines: a hash owner → server ms
 }
 
 // KeysFor returns the keys of the lock name under prefix.
@@ -52,8 +56,27 @@ func KeysFor(prefix, name string) Keys {
 	b.WriteString(enc)
 	b.WriteByte('}')
 	lock := b.String()
-	return Keys{Lock: lock, Fence: lock + ":fence", Channel: lock + ":rel"}
+	return Keys{Lock: lock, Fence: lock + ":fence", Channel: lock + ":rel", Queue: lock + ":q", Waits: lock + ":qd"}
 }
+
+// queue and waits return k.Queue and k.Waits, derived from k.Lock when
+// they are empty (Keys built by hand).
+func (k Keys) queue() string {
+	if k.Queue != "" {
+		return k.Queue
+	}
+	return k.Lock + ":q"
+}
+
+func (k Keys) waits() string {
+	if k.Waits != "" {
+		return k.Waits
+	}
+	return k.Lock + ":qd"
+}
+
+// releaseKeys are the KEYS of the release and leave scripts.
+func (k Keys) releaseKeys() []string { return []string{k.Lock, k.queue(), k.waits()} }
 
 func encodeName(name string) string {
 	if strings.ContainsAny(name, "{}") || strings.HasPrefix(name, "~") {

@@ -68,78 +68,188 @@ local function counter(k)
 end
 `
 
-// acquireSrc grants, re-enters or refuses a lock.
+// clock is the lazily read server clock of the acquire and release
+// scripts: now() reads TIME once (after redis.replicate_commands, see
+// prelude). It is the only function they define, so a call builds one
+// closure rather than the prelude's eight.
+const clock = `
+local nowms
+local function now()
+  if not nowms then
+    if redis.replicate_commands then pcall(redis.replicate_commands) end
+    local t = redis.call('TIME')
+    nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return nowms
+end
+`
+
+// acquireSrc grants, re-enters or refuses a lock, and keeps the lock's
+// waiter queue.
 //
-//	KEYS[1] lock, KEYS[2] fence counter
-//	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms
+//	KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue deadlines
+//	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms,
+//	ARGV[4] queue entry lifetime ms (0: the caller does not wait, is not
+//	queued), ARGV[5] release channel ("": publish nothing)
 //
 // The key lives for TTL + lock-delay (PX). With a lock-delay, between exp
 // and the key's expiry the lock is in its lock-delay: the key still exists,
 // so nobody can take it, but it is no longer held, so its owner can neither
-// renew, re-enter nor release it. Returns {1, count, fence} on a grant,
-// {0, pttl, fence, owner, 0} on a refusal, and {0, pttl, 0, "", 1} when a
-// key dlock did not write (any type) is at the lock key, or at the fence
-// counter of a lock that is not held: such a key is a lock held by an
-// unknown owner until it expires (pttl) or is deleted (pttl -1). Nothing
-// is written then.
-var acquireSrc = prelude + `
+// renew, re-enter nor release it.
+//
+// A free lock goes to the first live waiter of its queue (a zset of owners
+// by arrival time, server ms, beside a hash of each entry's deadline), or to
+// anyone when the queue is empty. Entries past their deadline are dropped
+// when they reach the head; when that makes a live waiter first while the
+// lock is free, it is woken (published "0\nowner" on the channel). A
+// refused caller that waits (ARGV[4] > 0) is queued, or its entry's
+// deadline renewed; a granted one leaves the queue.
+//
+// Returns {1, count, fence} on a grant, {0, pttl, fence, owner, 0} on a
+// refusal by a holder, {0, 0, 0, "", 2} on a refusal because another waiter
+// is first in the queue, and {0, pttl, 0, "", 1} when a key dlock did not
+// write (any type) is at the lock key, or at the fence counter of a lock
+// that is not held: such a key is a lock held by an unknown owner until it
+// expires (pttl) or is deleted (pttl -1). Nothing is written at those keys.
+var acquireSrc = clock + `
+local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
-local st, c, f, e, d, o = read(KEYS[1])
-if st == 'foreign' then
+local wait = tonumber(ARGV[4])
+local v = redis.pcall('GET', KEYS[1])
+local c, f, e, d, o
+if v then
+  if type(v) == 'string' then
+    c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
+  end
+  if c and o == owner and (e == '' or tonumber(e) > now()) then
+    local ne, nd = '', ''
+    if delay > 0 then
+      ne, nd = string.format('%.0f', now() + ttl), ARGV[3]
+    end
+    local count = tonumber(c) + 1
+    redis.call('SET', KEYS[1], string.format('%.0f', count) .. '\n' .. f .. '\n' .. ne .. '\n' .. nd .. '\n' .. owner, 'PX', ttl + delay)
+    return {1, count, f}
+  end
+else
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head then
+    local t = now()
+    local purged = false
+    while head and head ~= owner do
+      local dl = redis.call('HGET', KEYS[4], head)
+      if dl and tonumber(dl) > t then break end
+      redis.call('ZREM', KEYS[3], head)
+      redis.call('HDEL', KEYS[4], head)
+      purged = true
+      head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    end
+    if head and head ~= owner then
+      if purged and ARGV[5] ~= '' then
+        redis.call('PUBLISH', ARGV[5], '0\n' .. head)
+      end
+      v = 'queued'
+    end
+  end
+  if not v then
+    local ne, nd = '', ''
+    if delay > 0 then
+      ne, nd = string.format('%.0f', now() + ttl), ARGV[3]
+    end
+    local n = redis.pcall('INCR', KEYS[2])
+    if type(n) ~= 'number' or n < 1 then
+      if type(n) == 'number' then redis.call('DECR', KEYS[2]) end
+      return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
+    end
+    if head then
+      redis.call('ZREM', KEYS[3], owner)
+      redis.call('HDEL', KEYS[4], owner)
+    end
+    local fence = string.format('%.0f', n)
+    redis.call('SET', KEYS[1], '1\n' .. fence .. '\n' .. ne .. '\n' .. nd .. '\n' .. owner, 'PX', ttl + delay)
+    return {1, 1, fence}
+  end
+end
+if wait > 0 then
+  local t = now()
+  redis.call('ZADD', KEYS[3], 'NX', t, owner)
+  redis.call('HSET', KEYS[4], owner, t + wait)
+  redis.call('PEXPIRE', KEYS[3], wait)
+  redis.call('PEXPIRE', KEYS[4], wait)
+end
+if v == 'queued' then
+  return {0, 0, '0', '', 2}
+end
+if not c then
   return {0, redis.call('PTTL', KEYS[1]), '0', '', 1}
 end
-local count, fence
-if st == 'ours' then
-  if o ~= ARGV[1] or not live(e) then
-    return {0, redis.call('PTTL', KEYS[1]), f, o, 0}
-  end
-  count, fence = tonumber(c) + 1, f
-elseif not counter(KEYS[2]) then
-  return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
-end
-local ne, nd = '', ''
-if delay > 0 then
-  ne, nd = int(now() + ttl), ARGV[3]
-end
-if st == 'none' then
-  local n = redis.pcall('INCR', KEYS[2])
-  if type(n) ~= 'number' then
-    return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
-  end
-  count, fence = 1, int(n)
-end
-redis.call('SET', KEYS[1], value(count, fence, ne, nd, ARGV[1]), 'PX', ttl + delay)
-return {1, count, fence}
+return {0, redis.call('PTTL', KEYS[1]), f, o, 0}
 `
 
 // releaseSrc gives up one hold.
 //
-//	KEYS[1] lock
+//	KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines
 //	ARGV[1] owner, ARGV[2] token ("0": do not check), ARGV[3] release channel
 //	("": publish nothing)
 //
 // Returns the remaining hold count, or -1 when the owner does not hold the
 // lock (absent, another owner, another grant, past its lease expiry, or a
 // key dlock did not write). The last hold deletes the key at once (no
-// lock-delay) and publishes the grant's token on the release channel.
-var releaseSrc = prelude + `
-local st, c, f, e, d, o = read(KEYS[1])
-if st ~= 'ours' then return -1 end
-if o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or not live(e) then
+// lock-delay) and publishes on the release channel: the grant's token, or,
+// when waiters are queued, the token, a newline and the owner of the first
+// live one (entries past their deadline at the head are dropped first), so
+// that only that waiter is woken.
+var releaseSrc = clock + `
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' then return -1 end
+local c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
+if not c or o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or (e ~= '' and tonumber(e) <= now()) then
   return -1
 end
 local count = tonumber(c) - 1
 if count > 0 then
   local pttl = redis.call('PTTL', KEYS[1])
-  redis.call('SET', KEYS[1], value(count, f, e, d, o), 'PX', math.max(pttl, 1))
+  redis.call('SET', KEYS[1], string.format('%.0f', count) .. '\n' .. f .. '\n' .. e .. '\n' .. d .. '\n' .. o, 'PX', math.max(pttl, 1))
   return count
+end
+local msg = f
+if ARGV[3] ~= '' then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if head then
+    local t = now()
+    while head do
+      local dl = redis.call('HGET', KEYS[3], head)
+      if dl and tonumber(dl) > t then break end
+      redis.call('ZREM', KEYS[2], head)
+      redis.call('HDEL', KEYS[3], head)
+      head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    end
+    if head then msg = f .. '\n' .. head end
+  end
 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] ~= '' then
-  redis.call('PUBLISH', ARGV[3], f)
+  redis.call('PUBLISH', ARGV[3], msg)
 end
 return 0
+`
+
+// leaveSrc takes a waiter that gives up out of the queue.
+//
+//	KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines
+//	ARGV[1] owner, ARGV[2] release channel
+//
+// When the lock is free and another waiter is now first, that waiter is
+// woken ("0\nowner" on the channel): the leaving one may have been woken
+// for it. Returns 1 if the owner was queued.
+var leaveSrc = `
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[3], ARGV[1])
+if ARGV[2] ~= '' and redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if head then redis.call('PUBLISH', ARGV[2], '0\n' .. head) end
+end
+return 1
 `
 
 // renewSrc extends many leases in one call.
@@ -217,6 +327,7 @@ var (
 	renewScript   = redis.NewScript(renewSrc)
 	fenceScript   = redis.NewScript(fenceSrc)
 	dropScript    = redis.NewScript(dropSrc)
+	leaveScript   = redis.NewScript(leaveSrc)
 )
 
 // Millis converts d to whole milliseconds, rounding up, at least 1.
@@ -250,11 +361,29 @@ type AcquireResult struct {
 	// NoExpiry reports a refusal by a key without a TTL: it is held until
 	// somebody deletes it.
 	NoExpiry bool
+	// Queued reports a refusal of a free lock because another, live waiter
+	// is first in its queue (PTTL, Fence and Holder are then zero).
+	Queued bool
 }
 
-// Acquire runs the acquire script for one lock on one server.
+// Acquire runs the acquire script for one lock on one server, for a caller
+// that does not wait: it is not queued, and is refused a free lock while
+// a live waiter is queued for it.
 func Acquire(ctx context.Context, c redis.Scripter, k Keys, owner string, ttl, delay time.Duration) (AcquireResult, error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Fence}, owner, Millis(ttl), delayMillis(delay)).Slice()
+	return AcquireQueued(ctx, c, k, owner, ttl, delay, 0)
+}
+
+// AcquireQueued is Acquire for a caller that waits: a refusal queues owner
+// (or renews its entry) for wait, after which an entry not renewed is
+// dropped. A release wakes the first waiter only (see Hub.SubscribeOwner);
+// a refusal with Queued set means the lock is free but another waiter is
+// first. wait 0 is Acquire.
+func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, ttl, delay, wait time.Duration) (AcquireResult, error) {
+	var w int64
+	if wait > 0 {
+		w = Millis(wait)
+	}
+	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), w, k.Channel).Slice()
 	if err != nil {
 		return AcquireResult{}, err
 	}
@@ -295,8 +424,12 @@ func parseAcquire(v []any) (AcquireResult, error) {
 		r.Holder, _ = v[3].(string)
 	}
 	if len(v) > 4 {
-		if f, err := toInt(v[4]); err == nil && f == 1 {
+		switch f, err := toInt(v[4]); {
+		case err != nil:
+		case f == 1:
 			r.Foreign, r.Holder, r.Fence = true, "", 0
+		case f == 2:
+			r.Queued = true
 		}
 	}
 	return r, nil
@@ -306,7 +439,7 @@ func parseAcquire(v []any) (AcquireResult, error) {
 // unless zero) did not hold the lock; remaining is then meaningless. With
 // k.Channel empty nothing is published.
 func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token uint64) (remaining int, held bool, err error) {
-	n, err := releaseScript.Run(ctx, c, []string{k.Lock}, owner, strconv.FormatUint(token, 10), k.Channel).Int64()
+	n, err := releaseScript.Run(ctx, c, k.releaseKeys(), owner, strconv.FormatUint(token, 10), k.Channel).Int64()
 	if err != nil {
 		return 0, false, err
 	}
@@ -314,6 +447,14 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token 
 		return 0, false, nil
 	}
 	return int(n), true, nil
+}
+
+// Leave takes owner out of k's waiter queue, waking the next waiter if the
+// lock is free (see leaveSrc). A waiter that gives up calls it; an entry
+// left behind (a crashed waiter, a failed Leave) is dropped once its
+// deadline passes.
+func Leave(ctx context.Context, c redis.Scripter, k Keys, owner string) error {
+	return leaveScript.Run(ctx, c, k.releaseKeys(), owner, k.Channel).Err()
 }
 
 // ErrForeignFence is returned by WriteFence when a key dlock did not write

@@ -1,0 +1,142 @@
+package redisscript
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/internal/testserver"
+)
+
+// The acquire and release scripts of dlock 0.x before the waiter queue,
+// kept to measure the server time of the current ones against.
+var (
+	oldAcquireScript = redis.NewScript(prelude + `
+local ttl = tonumber(ARGV[2])
+local delay = tonumber(ARGV[3])
+local st, c, f, e, d, o = read(KEYS[1])
+if st == 'foreign' then
+  return {0, redis.call('PTTL', KEYS[1]), '0', '', 1}
+end
+local count, fence
+if st == 'ours' then
+  if o ~= ARGV[1] or not live(e) then
+    return {0, redis.call('PTTL', KEYS[1]), f, o, 0}
+  end
+  count, fence = tonumber(c) + 1, f
+elseif not counter(KEYS[2]) then
+  return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
+end
+local ne, nd = '', ''
+if delay > 0 then
+  ne, nd = int(now() + ttl), ARGV[3]
+end
+if st == 'none' then
+  local n = redis.pcall('INCR', KEYS[2])
+  if type(n) ~= 'number' then
+    return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
+  end
+  count, fence = 1, int(n)
+end
+redis.call('SET', KEYS[1], value(count, fence, ne, nd, ARGV[1]), 'PX', ttl + delay)
+return {1, count, fence}
+`)
+	oldReleaseScript = redis.NewScript(prelude + `
+local st, c, f, e, d, o = read(KEYS[1])
+if st ~= 'ours' then return -1 end
+if o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or not live(e) then
+  return -1
+end
+local count = tonumber(c) - 1
+if count > 0 then
+  local pttl = redis.call('PTTL', KEYS[1])
+  redis.call('SET', KEYS[1], value(count, f, e, d, o), 'PX', math.max(pttl, 1))
+  return count
+end
+redis.call('DEL', KEYS[1])
+if ARGV[3] ~= '' then
+  redis.call('PUBLISH', ARGV[3], f)
+end
+return 0
+`)
+)
+
+// BenchmarkScriptCPU measures the Redis server's time per call of the
+// acquire and release scripts on a free lock (INFO commandstats,
+// usec_per_call of evalsha), the current scripts against the previous ones
+// in alternating phases on one server, as medians over the phases. Metrics:
+// acquire-µs, release-µs, old-acquire-µs, old-release-µs and new/old, the
+// ratio of the sums; min-new/old is that ratio of the fastest phases.
+func BenchmarkScriptCPU(b *testing.B) {
+	srv := testserver.Redis(b, nil)
+	ctx := context.Background()
+	opt, _ := redis.ParseURL(srv.URL())
+	c := redis.NewClient(opt)
+	defer c.Close()
+	perCall := func() float64 {
+		s, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+						x, _ := strconv.ParseFloat(v, 64)
+						return x
+					}
+				}
+			}
+		}
+		return 0
+	}
+	const calls = 2000
+	keys := make([]Keys, calls)
+	for i := range keys {
+		keys[i] = KeysFor(DefaultPrefix, "cpu-"+strconv.Itoa(i))
+	}
+	// phase takes then frees calls free locks and returns the µs per call
+	// of each script.
+	phase := func(acquire, release func(Keys) error) (acq, rel float64) {
+		_ = c.ConfigResetStat(ctx).Err()
+		for _, k := range keys {
+			if err := acquire(k); err != nil {
+				b.Fatal(err)
+			}
+		}
+		acq = perCall()
+		_ = c.ConfigResetStat(ctx).Err()
+		for _, k := range keys {
+			if err := release(k); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return acq, perCall()
+	}
+	ttl := time.Minute.Milliseconds()
+	newAcq := func(k Keys) error { _, err := Acquire(ctx, c, k, "o", time.Minute, 0); return err }
+	newRel := func(k Keys) error { _, _, err := Release(ctx, c, k, "o", 0); return err }
+	oldAcq := func(k Keys) error { return oldAcquireScript.Run(ctx, c, []string{k.Lock, k.Fence}, "o", ttl, 0).Err() }
+	oldRel := func(k Keys) error { return oldReleaseScript.Run(ctx, c, []string{k.Lock}, "o", "0", k.Channel).Err() }
+	var na, nr, oa, or []float64
+	b.ResetTimer()
+	for i := 0; i < max(b.N, 3); i++ {
+		a, r := phase(newAcq, newRel)
+		na, nr = append(na, a), append(nr, r)
+		a, r = phase(oldAcq, oldRel)
+		oa, or = append(oa, a), append(or, r)
+	}
+	med := func(xs []float64) float64 { sort.Float64s(xs); return xs[len(xs)/2] }
+	b.ReportMetric(med(na), "acquire-µs")
+	b.ReportMetric(med(nr), "release-µs")
+	b.ReportMetric(med(oa), "old-acquire-µs")
+	b.ReportMetric(med(or), "old-release-µs")
+	b.ReportMetric((med(na)+med(nr))/(med(oa)+med(or)), "new/old")
+	// The fastest phase is the one least disturbed by other processes.
+	b.ReportMetric((na[0]+nr[0])/(oa[0]+or[0]), "min-new/old")
+}

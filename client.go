@@ -16,7 +16,9 @@ import (
 
 // Client hands out locks on one backend. It owns the driver it was given:
 // its renewal goroutine renews every lease it granted, batched into one
-// driver call per tick, and Close releases them all.
+// driver call per tick, and Close releases them all. Holding many leases
+// does not slow the others down: a grant, a release and a renewal each cost
+// O(log n) in the number of leases held, and no work walks them all.
 //
 // A Client is safe for concurrent use. Create one per backend and share it;
 // each Client is a separate session to the backend.

@@ -142,6 +142,9 @@ func HotLock(ctx context.Context, b Budget, lockers []LockFunc) (HotResult, erro
 		errOnce.Do(func() { firstErr = err })
 		stopW()
 	}
+	if b.Duration <= 0 && b.Max <= 0 {
+		b.Max = 1 // an unbounded Budget takes one sample
+	}
 	start := time.Now()
 	deadline := b.deadline(start)
 	if !deadline.IsZero() {

@@ -1,0 +1,156 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// chanLock is a lock for the measurement tests: a one-slot channel.
+type chanLock chan struct{}
+
+func (c chanLock) locker() LockFunc {
+	return func(ctx context.Context) (func(context.Context) error, error) {
+		select {
+		case c <- struct{}{}:
+			return func(context.Context) error { <-c; return nil }, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	if s := Summarize(nil); s != (Stats{}) {
+		t.Fatalf("Summarize(nil) = %+v", s)
+	}
+	ds := make([]time.Duration, 100)
+	for i := range ds {
+		ds[i] = time.Duration(100-i) * time.Microsecond
+	}
+	s := Summarize(ds)
+	if s.N != 100 || s.P50 != 51*time.Microsecond || s.P99 != 100*time.Microsecond || ds[0] != 100*time.Microsecond {
+		t.Fatalf("Summarize = %+v (input changed: %v)", s, ds[0] != 100*time.Microsecond)
+	}
+}
+
+// TestInterleaveRotates: every round runs each op once, the first op of a
+// round moving by one each round; an error stops it, naming the op.
+func TestInterleaveRotates(t *testing.T) {
+	var order []int
+	op := func(i int) func(context.Context) error {
+		return func(context.Context) error { order = append(order, i); return nil }
+	}
+	ds, err := Interleave(context.Background(), Budget{Max: 3}, []func(context.Context) error{op(0), op(1), op(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{0, 1, 2, 1, 2, 0, 2, 0, 1}
+	if len(order) != len(want) {
+		t.Fatalf("order %v, want %v", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("order %v, want %v", order, want)
+		}
+	}
+	for i, d := range ds {
+		if len(d) != 3 {
+			t.Fatalf("op %d: %d samples, want 3", i, len(d))
+		}
+	}
+	boom := errors.New("boom")
+	_, err = Interleave(context.Background(), Budget{Max: 3}, []func(context.Context) error{op(0), func(context.Context) error { return boom }})
+	if !errors.Is(err, boom) || err.Error() != "op 1: boom" {
+		t.Fatalf("err %v, want op 1: boom", err)
+	}
+	// No bound: one round.
+	if ds, _ := Interleave(context.Background(), Budget{}, []func(context.Context) error{op(0)}); len(ds[0]) != 1 {
+		t.Fatalf("empty budget: %d samples, want 1", len(ds[0]))
+	}
+}
+
+// TestHotLockCounts: Max bounds the grants, every hand-off is measured, and
+// an empty Budget takes one grant rather than running forever.
+func TestHotLockCounts(t *testing.T) {
+	l := make(chanLock, 1)
+	lockers := []LockFunc{l.locker(), l.locker(), l.locker()}
+	r, err := HotLock(context.Background(), Budget{Max: 200}, lockers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Ops < 200 || r.Ops > 200+len(lockers) || len(r.Handoffs) != r.Ops-1 || r.Retakes > r.Ops-1 || r.OpsPerSec() <= 0 {
+		t.Fatalf("result %+v", r)
+	}
+	done := make(chan HotResult, 1)
+	go func() {
+		r, _ := HotLock(context.Background(), Budget{}, lockers)
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		if r.Ops < 1 || r.Ops > len(lockers) {
+			t.Fatalf("empty budget: %d grants, want 1 (or one per goroutine already granted)", r.Ops)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("HotLock with an empty Budget did not return")
+	}
+}
+
+// TestHotLockRetakes: a lock that always goes back to the same goroutine
+// is all re-takes.
+func TestHotLockRetakes(t *testing.T) {
+	l := make(chanLock, 1)
+	block := func(ctx context.Context) (func(context.Context) error, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	r, err := HotLock(context.Background(), Budget{Max: 50}, []LockFunc{l.locker(), block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RetakeShare() != 1 {
+		t.Fatalf("re-take share %v, want 1 (%+v)", r.RetakeShare(), r)
+	}
+}
+
+func TestWake(t *testing.T) {
+	l := make(chanLock, 1)
+	ds, err := Wake(context.Background(), Budget{Max: 3}, time.Millisecond, l.locker(), l.locker())
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("Wake: %v samples, err %v", len(ds), err)
+	}
+	// A "waiter" that is granted while the holder holds is an error.
+	free := func(ctx context.Context) (func(context.Context) error, error) {
+		return func(context.Context) error { return nil }, nil
+	}
+	if _, err := Wake(context.Background(), Budget{Max: 1}, time.Second, l.locker(), free); err == nil {
+		t.Fatal("Wake accepted a waiter granted while the lock was held")
+	}
+}
+
+// TestManyHeld: the levels are measured in order and every lock taken is
+// released, also when taking one fails.
+func TestManyHeld(t *testing.T) {
+	var held atomic.Int64
+	hold := func(ctx context.Context, i int) (func(context.Context) error, error) {
+		if i == 250 {
+			return nil, errors.New("full")
+		}
+		held.Add(1)
+		return func(context.Context) error { held.Add(-1); return nil }, nil
+	}
+	op := func(context.Context) error { return nil }
+	r, err := ManyHeld(context.Background(), []int{0, 10, 100}, Budget{Max: 5}, op, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Levels) != 3 || r.Levels[2].Held != 100 || r.Levels[2].Op.N != 5 || held.Load() != 0 {
+		t.Fatalf("result %+v, %d still held", r, held.Load())
+	}
+	if _, err := ManyHeld(context.Background(), []int{0, 1000}, Budget{Max: 1}, op, hold); err == nil || held.Load() != 0 {
+		t.Fatalf("err %v, %d still held; want the error and all released", err, held.Load())
+	}
+}

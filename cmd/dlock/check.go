@@ -50,7 +50,8 @@ carried out (servers would not start, workers could not run).`
 
 // checkFlags are the settings of one "dlock check".
 type checkFlags struct {
-	url, spawn    string
+	url           urlFlags
+	spawn         string
 	faults        []string
 	workers, gs   int
 	locks         int
@@ -75,7 +76,7 @@ func newCheckCmd(e *env) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.url, "url", "", "backend URL to check (or --spawn)")
+	f.url.register(cmd, "to check (or --spawn)")
 	fl.StringVar(&f.spawn, "spawn", "", "start the backend's servers: "+strings.Join(check.Kinds, "|")+" (SQL: kind/mode)")
 	fl.StringSliceVar(&f.faults, "fault", nil, "fault to inject (repeatable): "+strings.Join(check.Faults, ", "))
 	fl.IntVar(&f.workers, "workers", 3, "worker processes")
@@ -109,11 +110,13 @@ func newCheckWorkerCmd() *cobra.Command {
 }
 
 func runCheck(cmd *cobra.Command, e *env, f *checkFlags) error {
-	if (f.url == "") == (f.spawn == "") {
-		return usageErr(errors.New("check: give exactly one of --url and --spawn"))
+	if (f.url.url == "" && f.url.file == "") == (f.spawn == "") {
+		return usageErr(errors.New("check: give exactly one of --url (or --url-file) and --spawn"))
 	}
-	if f.url != "" {
-		e.addSecrets(f.url)
+	// check names its backend by flag only: $DLOCK_URL is not read.
+	rawURL, err := f.url.fromFlags(e, "check")
+	if err != nil {
+		return err
 	}
 	var faults []string
 	for _, s := range f.faults {
@@ -123,7 +126,7 @@ func runCheck(cmd *cobra.Command, e *env, f *checkFlags) error {
 			}
 		}
 	}
-	cfg := check.Config{URL: f.url, Spawn: f.spawn, Faults: faults, Workers: f.workers, Goroutines: f.gs,
+	cfg := check.Config{URL: rawURL, Spawn: f.spawn, Faults: faults, Workers: f.workers, Goroutines: f.gs,
 		Locks: f.locks, Duration: f.duration, TTL: f.ttl, LockDelay: f.lockDelay}
 	stderr := cmd.ErrOrStderr()
 	progressed := false

@@ -52,9 +52,14 @@ func TestUsageErrors(t *testing.T) {
 			if code := te.run(tc.args...); code != exitUsage {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, exitUsage, te.stderr.String())
 			}
-			first, _, _ := strings.Cut(te.stderr.String(), "\n")
+			// The message comes first, after any warning (a password in --url).
+			first := te.stderr.String()
+			for strings.HasPrefix(first, "dlock: warning: ") {
+				_, first, _ = strings.Cut(first, "\n")
+			}
+			first, _, _ = strings.Cut(first, "\n")
 			if !strings.HasPrefix(first, "dlock: ") || !strings.Contains(first, tc.want) {
-				t.Fatalf("first stderr line %q, want a dlock: message containing %q", first, tc.want)
+				t.Fatalf("first stderr line after warnings %q, want a dlock: message containing %q", first, tc.want)
 			}
 			if te.stdout.String() != "" {
 				t.Fatalf("stdout %q, want nothing", te.stdout.String())

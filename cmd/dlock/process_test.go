@@ -22,6 +22,11 @@ import (
 // procEnv is the environment of a dlock process under test: this process's,
 // without any dlock or XDG settings, plus DLOCK_URL and a private HOME.
 func procEnv(t *testing.T, dbURL string) []string {
+	return append(bareProcEnv(t), "DLOCK_URL="+dbURL)
+}
+
+// bareProcEnv is procEnv without DLOCK_URL.
+func bareProcEnv(t *testing.T) []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "DLOCK_") || strings.HasPrefix(kv, "XDG_STATE_HOME=") || strings.HasPrefix(kv, "HOME=") {
@@ -29,14 +34,20 @@ func procEnv(t *testing.T, dbURL string) []string {
 		}
 		out = append(out, kv)
 	}
-	return append(out, "DLOCK_URL="+dbURL, "HOME="+t.TempDir())
+	return append(out, "HOME="+t.TempDir())
 }
 
 // startDlock starts the dlock binary with args and collects its output.
 func startDlock(t *testing.T, dbURL string, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
+	return startDlockEnv(t, procEnv(t, dbURL), args...)
+}
+
+// startDlockEnv is startDlock with the whole environment given.
+func startDlockEnv(t *testing.T, environ []string, args ...string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
 	cmd := exec.Command(dlockBinary(t), args...)
-	cmd.Env = procEnv(t, dbURL)
+	cmd.Env = environ
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// A job's leftover process holding the output pipe must not keep Wait

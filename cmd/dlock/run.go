@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,11 +19,16 @@ import (
 
 const runLong = `Run takes the lock NAME, runs CMD while holding it, and releases it when CMD
 exits. The lease is renewed in the background every TTL/3. CMD gets the
-environment of dlock plus:
+environment of dlock, without DLOCK_URL and DLOCK_URL_FILE (CMD is not given
+the backend's credentials), plus:
 
   DLOCK_NAME   the lock's name
   DLOCK_TOKEN  the fencing token (decimal): strictly greater than every token
                granted before for NAME; pass it to the resource you write
+
+The backend URL comes from --url or --url-file, else $DLOCK_URL or
+$DLOCK_URL_FILE, else the SQLite default. A password in --url is visible to
+other users in ps; --url-file FILE keeps it in a file (mode 0600).
 
 By default run waits for the lock as long as it takes (like flock and
 consul lock); --wait bounds the wait and --no-wait makes a single attempt.
@@ -54,7 +60,7 @@ Exit codes:
 
 // runFlags are the settings of one "dlock run".
 type runFlags struct {
-	url       string
+	url       urlFlags
 	ttl       time.Duration
 	wait      time.Duration
 	waitSet   bool
@@ -94,7 +100,7 @@ func newRunCmd(e *env) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.url, "url", "", "backend URL (default $DLOCK_URL, else sqlite in $XDG_STATE_HOME/dlock/locks.db)")
+	f.url.register(cmd, defaultURLHelp)
 	fl.DurationVar(&f.ttl, "ttl", 0, "lease TTL, renewed every TTL/3 (default 30s, or the URL's ttl parameter)")
 	fl.DurationVar(&f.wait, "wait", 0, "give up (exit 75) if the lock is not acquired within this time (default: wait forever; 0: try once)")
 	fl.BoolVar(&f.noWait, "no-wait", false, "try once; exit 75 at once if the lock is held")
@@ -191,7 +197,7 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 
 // acquire opens the backend and takes the lock as the flags say.
 func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lease, *dlock.Client, error) {
-	raw, err := backendURL(f.url, e)
+	raw, err := f.url.backendURL(e, "run")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -348,12 +354,17 @@ func (f *runFlags) release(e *env, lease *dlock.Lease) {
 	}
 }
 
-// childEnv is environ with DLOCK_NAME and DLOCK_TOKEN set (replacing any
-// inherited values).
+// withheldVars are dlock's variables that CMD does not inherit: the two
+// that "dlock run" sets anew, and the two that name the backend, which may
+// carry its password (CMD is not trusted with it; it gets DLOCK_TOKEN).
+var withheldVars = []string{"DLOCK_NAME", "DLOCK_TOKEN", envURL, envURLFile}
+
+// childEnv is environ without withheldVars, plus DLOCK_NAME and DLOCK_TOKEN.
 func childEnv(environ []string, name string, token uint64) []string {
 	out := make([]string, 0, len(environ)+2)
 	for _, kv := range environ {
-		if strings.HasPrefix(kv, "DLOCK_NAME=") || strings.HasPrefix(kv, "DLOCK_TOKEN=") {
+		k, _, _ := strings.Cut(kv, "=")
+		if slices.Contains(withheldVars, k) {
 			continue
 		}
 		out = append(out, kv)

@@ -41,7 +41,7 @@ const holderWidth = 12
 
 func newStatusCmd(e *env) *cobra.Command {
 	var (
-		rawURL string
+		src    urlFlags
 		asJSON bool
 	)
 	cmd := &cobra.Command{
@@ -61,7 +61,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			infos, err := inspect(e, rawURL, prefix)
+			infos, err := inspect(e, &src, prefix)
 			if err != nil {
 				return err
 			}
@@ -71,13 +71,13 @@ func newStatusCmd(e *env) *cobra.Command {
 			return writeTable(cmd.OutOrStdout(), infos)
 		},
 	}
-	cmd.Flags().StringVar(&rawURL, "url", "", "backend URL (default $DLOCK_URL, else sqlite in $XDG_STATE_HOME/dlock/locks.db)")
+	src.register(cmd, defaultURLHelp)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array for scripts")
 	return cmd
 }
 
-func inspect(e *env, flagURL, prefix string) ([]dlock.LockInfo, error) {
-	raw, err := backendURL(flagURL, e)
+func inspect(e *env, src *urlFlags, prefix string) ([]dlock.LockInfo, error) {
+	raw, err := src.backendURL(e, "status")
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -10,16 +13,67 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/internal/openurl"
+	"github.com/spf13/cobra"
 )
 
-// backendURL picks the URL to open: the flag, else $DLOCK_URL, else the
-// default SQLite file, whose directory it creates.
-func backendURL(flag string, e *env) (string, error) {
-	if flag != "" {
-		e.addSecrets(flag)
-		return flag, nil
+// urlFlags are the --url and --url-file flags of a command that opens a
+// backend.
+type urlFlags struct {
+	url  string // --url
+	file string // --url-file
+}
+
+// Variables that name the backend. They are dlock's own: "dlock run" does
+// not pass them on to CMD (see childEnv).
+const (
+	envURL     = "DLOCK_URL"
+	envURLFile = "DLOCK_URL_FILE"
+)
+
+// maxURLFileSize bounds what dlock reads from a URL file: it holds one URL.
+const maxURLFileSize = 64 << 10
+
+// register adds --url and --url-file to cmd; def describes the default.
+func (u *urlFlags) register(cmd *cobra.Command, def string) {
+	fl := cmd.Flags()
+	fl.StringVar(&u.url, "url", "", "backend URL "+def+"; a password in it is visible to other users in ps: prefer --url-file")
+	fl.StringVar(&u.file, "url-file", "", "read the backend URL from this file (one line; keep it mode 0600), so no password shows in ps")
+}
+
+// fromFlags returns the URL the flags give, "" if neither is set. cmdName
+// prefixes its errors.
+func (u *urlFlags) fromFlags(e *env, cmdName string) (string, error) {
+	switch {
+	case u.url != "" && u.file != "":
+		return "", usageErr(fmt.Errorf("%s: give --url or --url-file, not both", cmdName))
+	case u.file != "":
+		return readURLFile(e, u.file, "--url-file")
+	case u.url != "":
+		e.addSecrets(u.url)
+		if len(openurl.SecretsOf(u.url)) > 0 {
+			e.warnf("dlock: warning: other users can read the password in --url (ps, /proc/PID/cmdline); give the URL with --url-file or $%s instead", envURLFile)
+		}
+		return u.url, nil
 	}
-	if v := e.getenv("DLOCK_URL"); v != "" {
+	return "", nil
+}
+
+// backendURL picks the URL to open: --url or --url-file, else $DLOCK_URL or
+// $DLOCK_URL_FILE, else the default SQLite file, whose directory it creates.
+// Two sources at one level (both flags, or both variables) are refused
+// rather than ranked, so that a forgotten one cannot silently win.
+func (u *urlFlags) backendURL(e *env, cmdName string) (string, error) {
+	if raw, err := u.fromFlags(e, cmdName); raw != "" || err != nil {
+		return raw, err
+	}
+	v, file := e.getenv(envURL), e.getenv(envURLFile)
+	switch {
+	case v != "" && file != "":
+		e.addSecrets(v)
+		return "", usageErr(fmt.Errorf("both $%s and $%s are set: unset one", envURL, envURLFile))
+	case file != "":
+		return readURLFile(e, file, "$"+envURLFile)
+	case v != "":
 		e.addSecrets(v)
 		return v, nil
 	}
@@ -29,9 +83,72 @@ func backendURL(flag string, e *env) (string, error) {
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		// The path holds no secret; name it so the user can fix it.
-		return "", exitf(exitUnavailable, "cannot create the state directory: %v (or set DLOCK_URL / --url)", err)
+		return "", exitf(exitUnavailable, "cannot create the state directory: %v (or give --url-file / $%s)", err, envURLFile)
 	}
 	return sqliteURL(path), nil
+}
+
+// backendURL is urlFlags.backendURL for a command that takes --url only.
+func backendURL(flag string, e *env) (string, error) {
+	return (&urlFlags{url: flag}).backendURL(e, "dlock")
+}
+
+// readURLFile reads the backend URL from path, named in errors by from (the
+// flag or variable that gave it). The file holds the URL on one line; a
+// trailing newline and surrounding blanks are dropped. Errors name the file,
+// never what it holds: a file that fails to read, is empty, too large or has
+// more than one line is bad input (exit 64). A file that other users may read
+// and whose URL has a password draws a warning, not a refusal: mounted secret
+// files (container secrets) are often mode 0644 or 0444 inside a container of
+// their own.
+func readURLFile(e *env, path, from string) (string, error) {
+	bad := func(format string, args ...any) error {
+		return usageErr(fmt.Errorf("%s %q: "+format, append([]any{from, path}, args...)...))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", bad("cannot read the URL file: %v", pathErrCause(err))
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", bad("cannot read the URL file: %v", pathErrCause(err))
+	}
+	if !fi.Mode().IsRegular() && fi.Mode()&fs.ModeNamedPipe == 0 && fi.Mode()&fs.ModeCharDevice == 0 {
+		return "", bad("not a regular file (%v)", fi.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxURLFileSize+1))
+	if err != nil {
+		return "", bad("cannot read the URL file: %v", pathErrCause(err))
+	}
+	// Whatever happens next, what the file holds is never printed.
+	raw := strings.TrimSpace(string(b))
+	e.addSecrets(raw)
+	switch {
+	case len(b) > maxURLFileSize:
+		return "", bad("larger than %d KiB; it must hold only the backend URL", maxURLFileSize>>10)
+	case raw == "":
+		return "", bad("is empty; it must hold the backend URL on one line")
+	case strings.ContainsAny(raw, "\r\n"):
+		return "", bad("has more than one line; it must hold only the backend URL")
+	case !strings.Contains(raw, "://"):
+		// Not a URL (a bare password, say): hide all of it from any error.
+		e.addSecretText(raw)
+	}
+	if fi.Mode().Perm()&0o077 != 0 && len(openurl.SecretsOf(raw)) > 0 {
+		e.warnf("dlock: warning: %s %q holds a password and other users may read it (mode %04o); chmod 600 it", from, path, fi.Mode().Perm())
+	}
+	return raw, nil
+}
+
+// pathErrCause drops the path that an *fs.PathError repeats, since the
+// caller names the file already.
+func pathErrCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // addSecrets remembers the secrets in a URL so that no message prints them:
@@ -41,7 +158,12 @@ func backendURL(flag string, e *env) (string, error) {
 // it returns; this is the second line of defence for everything dlock prints,
 // and it also covers URLs the library cannot parse.
 func (e *env) addSecrets(raw string) {
-	e.secrets = append(e.secrets, openurl.SecretsOf(raw)...)
+	e.addSecretText(openurl.SecretsOf(raw)...)
+}
+
+// addSecretText remembers secrets as they are: strings never to print.
+func (e *env) addSecretText(secrets ...string) {
+	e.secrets = append(e.secrets, secrets...)
 	// Longest first, so that masking one cannot leave part of another.
 	slices.SortStableFunc(e.secrets, func(a, b string) int { return len(b) - len(a) })
 }
@@ -80,3 +202,7 @@ func schemeList() string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// defaultURLHelp describes, in a flag's help, where the URL comes from when
+// no flag gives it.
+const defaultURLHelp = "(default $DLOCK_URL or $DLOCK_URL_FILE, else sqlite in $XDG_STATE_HOME/dlock/locks.db)"

@@ -25,6 +25,7 @@ package zklock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -45,6 +46,7 @@ type tracker struct {
 	socks    map[*sniffConn]struct{}
 	closed   bool
 	timeouts map[int64]time.Duration // session ID → negotiated timeout
+	tls      *tls.Config             // nil for plaintext (see tls.go)
 
 	creates // the zxids of lock node creates (see sniff.go)
 }
@@ -54,7 +56,7 @@ func newTracker() *tracker {
 }
 
 func (t *tracker) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout(network, addr, timeout)
+	c, err := dialTLS(network, addr, timeout, t.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +101,7 @@ type dialer struct {
 	servers        []string
 	auth           string // digest "user:password", or ""
 	connectTimeout time.Duration
+	tls            *tls.Config // nil for plaintext (see tls.go)
 }
 
 // link is one ZooKeeper connection of the driver and the session it has.
@@ -149,6 +152,7 @@ func (dl *dialer) open(ctx context.Context, ttl time.Duration) (*link, time.Dura
 		return nil, 0, fmt.Errorf("zklock: session timeout %v is out of range", ttl)
 	}
 	t := newTracker()
+	t.tls = dl.tls
 	conn, events, err := zk.Connect(dl.servers, ttl, zk.WithLogger(nopLogger{}), zk.WithLogInfo(false), zk.WithDialer(t.dial))
 	if err != nil {
 		return nil, 0, fmt.Errorf("zklock: connect to %s: %w", hosts, err)

@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"time"
@@ -42,22 +43,55 @@ func init() {
 //
 //	session_timeout  the session timeout asked for the first connection (a Go duration, default 30s)
 //	connect_timeout  how long Open waits for the first session (default 10s)
-//	acl              open (default), creator or creator_read (see Options.ACL)
+//	acl              creator (the default with a user and password), open (the
+//	                 default without), or creator_read (see Options.ACL)
+//	tls              true for TLS to each server's secureClientPort (as zks://)
+//	ca_file          PEM file of the CA to trust (implies tls)
+//	cert_file        PEM client certificate (with key_file; implies tls)
+//	key_file         PEM client key
+//	server_name      the name to verify in the servers' certificates instead
+//	                 of each host (implies tls)
+//
+// With TLS, Open first makes a TLS handshake with the servers, so that a
+// wrong CA, a wrong server name or a refused client certificate fails with
+// its reason. ZooKeeper accepts any digest password (a wrong one is another
+// identity), so with a user and password Open reads the root's ACL and fails
+// when it admits neither everyone nor this user and password.
 //
 // dlock.Open calls it for the zk scheme. A malformed URL, or an unknown or
 // bad parameter, is refused with an error naming it that wraps
 // driver.ErrInvalid; an ensemble that does not answer gives another error.
 // Errors never contain the password.
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
-	servers, opts, auth, connectTimeout, err := parseURL(u)
+	rest, tc, err := takeTLS(u)
 	if err != nil {
 		return nil, err
 	}
-	dl := &dialer{servers: servers, auth: auth, connectTimeout: connectTimeout}
+	servers, opts, auth, connectTimeout, err := parseURL(rest)
+	if err != nil {
+		return nil, err
+	}
+	dl := &dialer{servers: servers, auth: auth, connectTimeout: connectTimeout, tls: tc}
+	if tc != nil {
+		if err := probe(ctx, servers, tc, connectTimeout); err != nil {
+			return nil, fmt.Errorf("zklock: connect to %s: %w", strings.Join(servers, ","), err)
+		}
+	}
 	// The first session is opened now, so that Open fails when no server
 	// answers.
 	first, got, err := dl.open(ctx, opts.SessionTimeout)
 	if err != nil {
+		if tc == nil && openurl.SpeaksTLS(ctx, servers) {
+			err = fmt.Errorf("%w (the server speaks TLS: use zks://, tls=true or ca_file)", err)
+		}
+		return nil, openurl.RedactError(err, u)
+	}
+	root := opts.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	if err := checkCredentials(first.conn, root, auth); err != nil {
+		first.close()
 		return nil, openurl.RedactError(err, u)
 	}
 	d, err := newDialing(dl, first, msTimeout(opts.SessionTimeout), got, opts)
@@ -131,6 +165,10 @@ func parseURL(u *url.URL) (servers []string, opts *Options, auth string, connect
 	}
 	if opts.ACL != nil && auth == "" && opts.ACL[0].Scheme == "auth" {
 		return nil, nil, "", 0, openurl.BadURL("zklock: url parameter acl=creator needs a user and password in the url")
+	}
+	if opts.ACL == nil && auth != "" {
+		// Credentials given: nodes are the creator's, not everyone's.
+		opts.ACL = zk.AuthACL(zk.PermAll)
 	}
 	return servers, opts, auth, connectTimeout, nil
 }

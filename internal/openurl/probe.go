@@ -64,16 +64,22 @@ func probeOne(ctx context.Context, endpoint string, cfg *tls.Config, hello []byt
 	return nil
 }
 
-// SpeaksTLS reports whether some endpoint completes a TLS handshake within
-// a second. It verifies nothing and sends nothing else: it only explains
-// why a plaintext connection failed.
+// SpeaksTLS reports whether some endpoint answers a TLS handshake within a
+// second: completes it, or refuses it with a TLS alert (a server that wants
+// a client certificate). It verifies nothing and sends nothing else: it
+// only explains why a plaintext connection failed.
 func SpeaksTLS(ctx context.Context, endpoints []string, nextProtos ...string) bool {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	d := &tls.Dialer{Config: &tls.Config{InsecureSkipVerify: true, NextProtos: nextProtos}} //nolint:gosec // a probe that sends no data
 	for _, ep := range endpoints {
-		if c, err := d.DialContext(ctx, "tcp", ep); err == nil {
+		c, err := d.DialContext(ctx, "tcp", ep)
+		if err == nil {
 			c.Close()
+			return true
+		}
+		var oe *net.OpError // crypto/tls reports a peer's alert as a "remote error"
+		if errors.As(err, &oe) && oe.Op == "remote error" {
 			return true
 		}
 	}

@@ -56,6 +56,7 @@ func (res *result) bestPeer(f func(*row) time.Duration) time.Duration {
 func writeMarkdown(w io.Writer, header string, results []*result, cfg *config) error {
 	var b strings.Builder
 	b.WriteString(header)
+	b.WriteString("\n" + summary(results))
 	for _, res := range results {
 		fmt.Fprintf(&b, "\n### %s\n\n", res.backend)
 		floor := res.floorOf()
@@ -149,6 +150,78 @@ func oneLine(s string) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	if len(s) > 200 {
 		s = s[:200] + "…"
+	}
+	return s
+}
+
+// summary is one line per backend: the floor, each dlock contender and the
+// best peer on uncontended Lock+Unlock (p50), dlock's ratio to the best peer,
+// and the wake-up p50 of dlock and of the best peer there.
+func summary(results []*result) string {
+	var b strings.Builder
+	b.WriteString("| backend | raw floor | dlock | best peer | dlock ÷ best peer | wake p50: dlock / best peer | held " +
+		"N ÷ 0: dlock / best peer | B/lease: dlock / best peer |\n|---|---|---|---|---|---|---|---|\n")
+	for _, res := range results {
+		var dl []string
+		var best *row
+		for _, r := range res.rows {
+			if r.kind == kindPeer && r.unc.P50 > 0 && (best == nil || r.unc.P50 < best.unc.P50) {
+				best = r
+			}
+		}
+		var ratios, wakes, held, bytes []string
+		peerWake := res.bestPeer(func(r *row) time.Duration { return r.wake.P50 })
+		for _, r := range res.rows {
+			if r.kind != kindDlock {
+				continue
+			}
+			label := strings.TrimSpace(strings.TrimPrefix(r.name, "dlock"))
+			pre := ""
+			if label != "" {
+				pre = label + " "
+			}
+			dl = append(dl, pre+us(r.unc.P50))
+			if best != nil {
+				ratios = append(ratios, pre+ratio(r.unc.P50, best.unc.P50))
+			}
+			wakes = append(wakes, pre+us(r.wake.P50))
+			if r.heldDone && len(r.held) > 1 {
+				held = append(held, pre+ratio(r.held[len(r.held)-1].Op.P50, r.held[0].Op.P50))
+				bytes = append(bytes, fmt.Sprintf("%s%.0f", pre, r.bytesPerLease))
+			}
+		}
+		peer, peerHeld, peerBytes := "–", "–", "–"
+		if best != nil {
+			peer = best.name + " " + us(best.unc.P50)
+		}
+		// The peers' many-held figures: the lowest of each.
+		var ph, pb float64
+		for _, r := range res.rows {
+			if r.kind != kindPeer || !r.heldDone || len(r.held) < 2 || r.held[0].Op.P50 <= 0 {
+				continue
+			}
+			x := float64(r.held[len(r.held)-1].Op.P50) / float64(r.held[0].Op.P50)
+			if ph == 0 || x < ph {
+				ph = x
+			}
+			if pb == 0 || r.bytesPerLease < pb {
+				pb = r.bytesPerLease
+			}
+		}
+		if ph > 0 {
+			peerHeld = fmt.Sprintf("%.2f×", ph)
+			peerBytes = fmt.Sprintf("%.0f", pb)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |\n", res.backend, us(res.floorOf()),
+			strings.Join(dl, ", "), peer, orDash(strings.Join(ratios, ", ")), strings.Join(wakes, ", "), us(peerWake),
+			orDash(strings.Join(held, ", ")), peerHeld, orDash(strings.Join(bytes, ", ")), peerBytes)
+	}
+	return b.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "–"
 	}
 	return s
 }

@@ -321,16 +321,20 @@ func (l *Lease) end(err error) bool {
 		return false
 	}
 	l.err = err
-	sig := l.sig
+	// Done and Context asked for from now on come already ended: only
+	// those made before are ended here.
+	var done chan struct{}
+	var cancel context.CancelCauseFunc
+	if l.sig != nil {
+		done, cancel = l.sig.done, l.sig.cancel
+	}
 	l.mu.Unlock()
 	l.c.unregister(l)
-	if sig != nil {
-		if sig.cancel != nil {
-			sig.cancel(err)
-		}
-		if sig.done != nil {
-			close(sig.done)
-		}
+	if cancel != nil {
+		cancel(err)
+	}
+	if done != nil {
+		close(done)
 	}
 	return true
 }

@@ -304,3 +304,35 @@ func TestLeaseSignalsOnDemand(t *testing.T) {
 		}
 	}
 }
+
+// Done and Context may be asked for while the lease ends, from any goroutine.
+func TestLeaseSignalsAskedWhileEnding(t *testing.T) {
+	c, _ := newMem(t, nil)
+	ctx := context.Background()
+	for i := range 50 {
+		l, err := c.NewMutex(fmt.Sprintf("race/%d", i), nil).Lock(ctx)
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+		if i%2 == 0 {
+			l.Done() // made before the end: ended by it
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-l.Context().Done()
+		}()
+		go func() {
+			defer wg.Done()
+			<-l.Done()
+		}()
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v", err)
+		}
+		wg.Wait()
+		if !errors.Is(context.Cause(l.Context()), dlock.ErrReleased) {
+			t.Fatalf("cause %v, want ErrReleased", context.Cause(l.Context()))
+		}
+	}
+}

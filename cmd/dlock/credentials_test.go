@@ -330,9 +330,12 @@ func TestProcessCredentialsHidden(t *testing.T) {
 				t.Errorf("CMD's environment lacks DLOCK_NAME:\n%s", env)
 			}
 			// The lock is held on the server that wants the password.
-			st, stOut := startDlockEnv(t, base, "status", "--json", "--url-file", path, name)
+			st, stOut := startDlockEnv(t, base, "status", "-v", "--json", "--url-file", path, name)
 			if code := waitExit(t, st, time.Minute); code != 0 || !strings.Contains(stOut.String(), `"count": 1`) {
 				t.Errorf("status: exit %d, output %s; want the lock held", code, stOut)
+			}
+			if want := "dlock: backend redis://:xxxxx@" + srv.Addr() + "/0; tls: none"; !strings.Contains(stOut.String(), want) || strings.Contains(stOut.String(), secret) {
+				t.Errorf("status -v: output %s; want %q and no password", stOut, want)
 			}
 			if err := os.WriteFile(release, nil, 0o600); err != nil {
 				t.Fatal(err)

@@ -68,6 +68,7 @@ type runFlags struct {
 	lockDelay time.Duration
 	killGrace time.Duration
 	owner     string
+	verbose   bool
 }
 
 // defaultKillGrace is how long run lets CMD handle SIGTERM after a lost
@@ -106,6 +107,7 @@ func newRunCmd(e *env) *cobra.Command {
 	fl.BoolVar(&f.noWait, "no-wait", false, "try once; exit 75 at once if the lock is held")
 	fl.DurationVar(&f.lockDelay, "lock-delay", 0, "keep the lock unavailable this long after this holder's lease is lost without release (default 0, or the URL's lock_delay parameter)")
 	fl.DurationVar(&f.killGrace, "kill-grace", defaultKillGrace, "after a lost lease, time between SIGTERM and SIGKILL to CMD (0: SIGKILL at once)")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print the backend (password masked) and whether its connection is TLS-verified on stderr")
 	fl.StringVar(&f.owner, "owner", "", "explicit owner id (printable ASCII): the same owner re-enters a lock it holds (default: a random id)")
 	return cmd
 }
@@ -200,6 +202,9 @@ func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lea
 	raw, err := f.url.backendURL(e, "run")
 	if err != nil {
 		return nil, nil, err
+	}
+	if f.verbose {
+		reportBackend(e, raw, true)
 	}
 	client, err := dlock.Open(ctx, raw)
 	if err != nil {

@@ -30,6 +30,10 @@ on the backend, with their holder and last fencing token:
 owner is "" and count 0 when the lock is free; expires_in_ms and waiters are
 null when unknown.
 
+On stderr, status notes a connection over the network that is not verified
+TLS ("tls: none" or "tls: unverified", with the setting that decides it);
+-v prints the backend URL (password masked) and its TLS state in any case.
+
 Exit codes: 0 listed; 64 bad flag or URL; 69 backend unreachable, failing, or
 unable to list locks.`
 
@@ -41,8 +45,9 @@ const holderWidth = 12
 
 func newStatusCmd(e *env) *cobra.Command {
 	var (
-		src    urlFlags
-		asJSON bool
+		src     urlFlags
+		asJSON  bool
+		verbose bool
 	)
 	cmd := &cobra.Command{
 		Use:   "status [flags] [PREFIX]",
@@ -61,7 +66,7 @@ func newStatusCmd(e *env) *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			infos, err := inspect(e, &src, prefix)
+			infos, err := inspect(e, &src, verbose, prefix)
 			if err != nil {
 				return err
 			}
@@ -73,14 +78,16 @@ func newStatusCmd(e *env) *cobra.Command {
 	}
 	src.register(cmd, defaultURLHelp)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array for scripts")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the backend (password masked) and whether its connection is TLS-verified on stderr")
 	return cmd
 }
 
-func inspect(e *env, src *urlFlags, prefix string) ([]dlock.LockInfo, error) {
+func inspect(e *env, src *urlFlags, verbose bool, prefix string) ([]dlock.LockInfo, error) {
 	raw, err := src.backendURL(e, "status")
 	if err != nil {
 		return nil, err
 	}
+	reportBackend(e, raw, verbose)
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
 	defer cancel()
 	client, err := dlock.Open(ctx, raw)

@@ -18,6 +18,7 @@ type leases struct {
 	*store
 	acquireStmt, releaseStmt *prepared
 	sig                      *leaseSignals
+	watches                  *sqlcommon.Watches // the driver's, set by newDriver
 }
 
 var _ sqlcommon.Locker = (*leases)(nil)
@@ -46,6 +47,7 @@ func (d *leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	}
 	v := uint64(id)
 	if v&lockedFlag != 0 {
+		d.sig.refused(req.Name)
 		return driver.Grant{}, &driver.LockedError{RetryAfter: time.Duration(v&^lockedFlag) * time.Microsecond}
 	}
 	fence, count := v>>countBits, int(v&maxCount)
@@ -53,7 +55,7 @@ func (d *leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: the server reported no outcome (LAST_INSERT_ID %d)", v)
 	}
 	if count == 1 {
-		d.sig.grant(req.Name, req.Owner)
+		d.sig.grant(req.Name, req.Owner, d.sig.contended(req.Name, d.watches))
 	}
 	return driver.Grant{Token: fence, Count: count, TTL: req.TTL}, nil
 }
@@ -73,7 +75,7 @@ func (d *leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return 0, ctxerr.Wrap(ctx, "mysqllock: release", err)
 	}
 	if n == 0 {
-		d.sig.released(l.Name, l.Owner)
+		awaitSignal(ctx, d.sig.released(l.Name, l.Owner))
 		return 0, fmt.Errorf("mysqllock: release: %w", driver.ErrNotHeld)
 	}
 	id, err := res.LastInsertId()
@@ -81,7 +83,9 @@ func (d *leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return 0, ctxerr.Wrap(ctx, "mysqllock: release", err)
 	}
 	if id == 0 {
-		d.sig.released(l.Name, l.Owner)
+		// Waiters wake before this caller can loop back to take the lock
+		// again.
+		awaitSignal(ctx, d.sig.released(l.Name, l.Owner))
 	}
 	return int(id), nil
 }

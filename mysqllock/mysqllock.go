@@ -44,7 +44,9 @@
 // gives it up or its session ends: a release wakes a waiter at once. In the
 // session modes the holder's own statements take and give up the signal; in
 // ModeLease one pooled connection per driver keeps the signals of leases
-// held longer than 2ms (see Driver.Subscribe). A holder that keeps no
+// held longer than 2ms, or at once of contended ones, and a release gives
+// the signal up before it returns, so a waiter is woken before the releaser
+// can loop back for the lock (see Driver.Subscribe). A holder that keeps no
 // signal (a crashed process) is polled with backoff bounded by its
 // remaining time (driver.LockedError.RetryAfter), as before.
 //
@@ -157,6 +159,9 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
 	d.watches = sqlcommon.NewWatches(st.openWaiter)
+	if l, ok := locker.(*leases); ok {
+		l.watches = d.watches
+	}
 	return d, nil
 }
 

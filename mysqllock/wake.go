@@ -19,8 +19,12 @@ import (
 // confirms the grant does, and both release statements give it up. In
 // ModeLease, whose statements run on any pooled connection, one connection
 // per driver keeps the signals of the leases the driver has held for more
-// than signalDelay (a lock released sooner costs nothing extra; its waiters
-// find it free on their first backoff, 2ms). A waiter blocks in GET_LOCK on
+// than signalDelay, or at once when the lock is contended (the driver has
+// waiters for it or was refused it in the last second): an uncontended lock
+// released sooner costs nothing extra, and its waiters find it free on
+// their first backoff, 2ms. The release of a lease whose signal was taken
+// returns once the signal is given up (one more round trip), so waiters are
+// woken before the releaser can take the lock again. A waiter blocks in GET_LOCK on
 // the signal, which the server grants the moment the holder gives it up or
 // its session ends, and gives it back at once in the same statement. The
 // grant itself stays the lock's own atomic statement: a wake only says
@@ -94,13 +98,14 @@ func (w *signalWaiter) Close() { _ = w.conn.Close() }
 type leaseSignals struct {
 	st *store
 
-	mu      sync.Mutex
-	names   map[string]*leaseSignal
-	kick    chan struct{} // cap 1: there is work
-	started bool
-	closed  bool
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu       sync.Mutex
+	names    map[string]*leaseSignal
+	refusals map[string]time.Time // when this driver was last refused a name
+	kick     chan struct{}        // cap 1: there is work
+	started  bool
+	closed   bool
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 type leaseSignal struct {
@@ -108,10 +113,25 @@ type leaseSignal struct {
 	want, have bool        // the signal should be / was last sent to be kept
 	sending    bool        // a change is on its way to the server
 	timer      *time.Timer // until want; nil once fired or stopped
+	// gone, when not nil, is closed once the entry leaves (the signal
+	// given up): a release waits for it.
+	gone chan struct{}
+}
+
+// forget removes e, named n, and tells a release waiting for it; ls.mu is
+// held.
+func (ls *leaseSignals) forget(n string, e *leaseSignal) {
+	if ls.names[n] == e {
+		delete(ls.names, n)
+	}
+	if e.gone != nil {
+		close(e.gone)
+		e.gone = nil
+	}
 }
 
 func newLeaseSignals(st *store) *leaseSignals {
-	return &leaseSignals{st: st, names: map[string]*leaseSignal{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	return &leaseSignals{st: st, names: map[string]*leaseSignal{}, refusals: map[string]time.Time{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (ls *leaseSignals) poke() {
@@ -121,8 +141,10 @@ func (ls *leaseSignals) poke() {
 	}
 }
 
-// grant records a new grant of name to owner.
-func (ls *leaseSignals) grant(name, owner string) {
+// grant records a new grant of name to owner. The signal is taken at once
+// when the lock is contended (this driver has waiters for it, or was
+// refused it lately), otherwise after signalDelay.
+func (ls *leaseSignals) grant(name, owner string, contended bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.closed {
@@ -134,7 +156,18 @@ func (ls *leaseSignals) grant(name, owner string) {
 		ls.names[name] = e
 	}
 	e.owner = owner
-	if e.want || e.timer != nil {
+	if e.want {
+		return
+	}
+	if contended {
+		if e.timer != nil {
+			e.timer.Stop()
+			e.timer = nil
+		}
+		ls.want(e)
+		return
+	}
+	if e.timer != nil {
 		return
 	}
 	e.timer = time.AfterFunc(signalDelay, func() {
@@ -143,25 +176,53 @@ func (ls *leaseSignals) grant(name, owner string) {
 		if ls.closed || ls.names[name] != e || e.timer == nil {
 			return
 		}
-		e.timer, e.want = nil, true
-		if !ls.started {
-			ls.started = true
-			ctx, cancel := context.WithCancel(context.Background())
-			ls.cancel = cancel
-			go ls.run(ctx)
-		}
-		ls.poke()
+		e.timer = nil
+		ls.want(e)
 	})
 }
 
+// want asks for e's signal to be taken; ls.mu is held.
+func (ls *leaseSignals) want(e *leaseSignal) {
+	e.want = true
+	if !ls.started {
+		ls.started = true
+		ctx, cancel := context.WithCancel(context.Background())
+		ls.cancel = cancel
+		go ls.run(ctx)
+	}
+	ls.poke()
+}
+
+// refused records that this driver was refused name now.
+func (ls *leaseSignals) refused(name string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if len(ls.refusals) >= 4096 {
+		clear(ls.refusals)
+	}
+	ls.refusals[name] = time.Now()
+}
+
+// contended reports whether this driver was refused name within the last
+// second, or watches has waiters for it.
+func (ls *leaseSignals) contended(name string, watches *sqlcommon.Watches) bool {
+	ls.mu.Lock()
+	at, ok := ls.refusals[name]
+	ls.mu.Unlock()
+	return (ok && time.Since(at) < time.Second) || watches.Watching(name)
+}
+
 // released records that owner no longer holds name (released, or found
-// expired).
-func (ls *leaseSignals) released(name, owner string) {
+// expired). It returns a channel that closes once the signal is given up
+// when the server has it (nil when not): a release waits for it (bounded
+// by signalReleaseWait), so that waiters are woken before the releaser can
+// take the lock again.
+func (ls *leaseSignals) released(name, owner string) <-chan struct{} {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	e := ls.names[name]
 	if ls.closed || e == nil || e.owner != owner {
-		return
+		return nil
 	}
 	if e.timer != nil {
 		e.timer.Stop()
@@ -169,10 +230,32 @@ func (ls *leaseSignals) released(name, owner string) {
 	}
 	e.want = false
 	if !e.have && !e.sending {
-		delete(ls.names, name)
-		return
+		ls.forget(name, e)
+		return nil
+	}
+	if e.gone == nil {
+		e.gone = make(chan struct{})
 	}
 	ls.poke()
+	return e.gone
+}
+
+// signalReleaseWait bounds a release's wait for its signal to be given up.
+const signalReleaseWait = 100 * time.Millisecond
+
+// awaitSignal waits for gone (from released), at most signalReleaseWait
+// and never past ctx.
+func awaitSignal(ctx context.Context, gone <-chan struct{}) {
+	if gone == nil {
+		return
+	}
+	t := time.NewTimer(signalReleaseWait)
+	defer t.Stop()
+	select {
+	case <-gone:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // signalBatch bounds the signals taken or given up in one statement.
@@ -240,7 +323,7 @@ func (ls *leaseSignals) run(ctx context.Context) {
 					e.have = sent[i]
 				}
 				if !e.want && !e.have {
-					delete(ls.names, n)
+					ls.forget(n, e)
 				}
 			}
 		}
@@ -249,7 +332,7 @@ func (ls *leaseSignals) run(ctx context.Context) {
 			for n, e := range ls.names {
 				e.have = false
 				if !e.want {
-					delete(ls.names, n)
+					ls.forget(n, e)
 				}
 			}
 		}
@@ -298,10 +381,11 @@ func (ls *leaseSignals) send(ctx context.Context, conn **sql.Conn, exprs []strin
 func (ls *leaseSignals) close() {
 	ls.mu.Lock()
 	ls.closed = true
-	for _, e := range ls.names {
+	for n, e := range ls.names {
 		if e.timer != nil {
 			e.timer.Stop()
 		}
+		ls.forget(n, e)
 	}
 	started := ls.started
 	ls.mu.Unlock()

@@ -88,6 +88,14 @@ func (ws *Watches) Subscribe(ctx context.Context, name string) (driver.Subscript
 	return sub, nil
 }
 
+// Watching reports whether name has a watch (subscribers now, or a wait
+// still under way): a sign that the lock is contended.
+func (ws *Watches) Watching(name string) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.watches[name] != nil
+}
+
 // Close stops every watch and waits for their goroutines when wait is
 // true. A Waiter whose Wait cannot be interrupted (a kernel file lock)
 // ends when its signal is next free; pass wait false for those.

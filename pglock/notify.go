@@ -23,6 +23,7 @@ type listener struct {
 	d *Driver
 
 	mu       sync.Mutex
+	seq      uint64 // the last subscription's seq
 	subs     map[string]map[*subscription]struct{}
 	started  bool
 	closed   bool
@@ -63,6 +64,8 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 		m = map[*subscription]struct{}{}
 		l.subs[name] = m
 	}
+	l.seq++
+	s.seq = l.seq
 	m[s] = struct{}{}
 	up := l.up
 	l.mu.Unlock()
@@ -177,15 +180,21 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 	}
 }
 
-// wakeOne wakes one local subscriber of name that has no wake pending: only
-// one waiter per process can take a freed lock, so waking the rest would
-// only make them race and go back to sleep. A subscriber that closes with
-// its wake unconsumed passes it on (see subscription.Close). l.mu is held.
+// wakeOne wakes the longest-waiting local subscriber of name that has no
+// wake pending: only one waiter per process can take a freed lock, so
+// waking the rest would only make them race and go back to sleep, and
+// waking the oldest first keeps a waiter from being passed over again and
+// again. A subscriber that closes with its wake unconsumed passes it on
+// (see subscription.Close). l.mu is held.
 func (l *listener) wakeOne(name string) {
+	var first *subscription
 	for s := range l.subs[name] {
-		if s.wake() {
-			return
+		if len(s.c) == 0 && (first == nil || s.seq < first.seq) {
+			first = s
 		}
+	}
+	if first != nil {
+		first.wake()
 	}
 }
 
@@ -213,6 +222,7 @@ func (l *listener) close() {
 
 type subscription struct {
 	l    *listener
+	seq  uint64 // order of subscription: lower waited longer
 	name string
 	c    chan struct{}
 	once sync.Once

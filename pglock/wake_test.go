@@ -3,6 +3,10 @@ package pglock
 import (
 	"context"
 	"testing"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
 
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 )
@@ -32,5 +36,63 @@ func TestWakesOnRelease(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			sqltest.WakesOnRelease(t, newTestHarness(t, mode).NewDriver)
 		})
+	}
+}
+
+// TestReleaseWakesLongestWaiter: of one driver's subscribers to a name,
+// each release notification wakes the one that subscribed first (the old
+// code woke whichever the map gave first, so a waiter could be passed over
+// again and again).
+func TestReleaseWakesLongestWaiter(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeLease)
+	dn, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dn.Close()
+	d := dn.(*Driver)
+	name := randomName("fifo")
+	var subs []driver.Subscription
+	for i := 0; i < 8; i++ {
+		s, err := d.Subscribe(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs = append(subs, s)
+	}
+	// The listener wakes every subscriber once when its connection comes
+	// up (a release may have been missed before); it records its PID after
+	// that. Drain those wakes.
+	testwait.Until(t, 10*time.Second, "listener up", func() bool {
+		d.ln.mu.Lock()
+		defer d.ln.mu.Unlock()
+		return d.ln.pid != 0
+	})
+	for _, s := range subs {
+		select {
+		case <-s.C():
+		default:
+		}
+	}
+	for len(subs) > 0 {
+		if _, err := h.admin.Exec(ctx, "SELECT pg_notify($1, $2)", d.channel, name); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-subs[0].C():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the longest-waiting subscriber was not woken within 10s of the notification")
+		}
+		for i, s := range subs[1:] {
+			select {
+			case <-s.C():
+				t.Fatalf("subscriber %d of %d woken instead of or besides the longest-waiting one", i+2, len(subs))
+			default:
+			}
+		}
+		_ = subs[0].Close()
+		subs = subs[1:]
 	}
 }

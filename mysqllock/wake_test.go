@@ -2,7 +2,13 @@ package mysqllock
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
 
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 )
@@ -32,5 +38,60 @@ func TestWakesOnRelease(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			sqltest.WakesOnRelease(t, newTestHarness(t, mode).NewDriver)
 		})
+	}
+}
+
+// TestLeaseSignal: a lease-mode grant of a contended lock keeps its wake-up
+// signal on the server, and the release returns only once the signal is
+// given up, so a waiter is woken before the releaser can come back for
+// the lock.
+func TestLeaseSignal(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeLease)
+	var ds []*Driver
+	for i := 0; i < 2; i++ {
+		d, err := h.NewDriver(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		ds = append(ds, d.(*Driver))
+	}
+	name := randomName("signal")
+	used := func() bool {
+		var id sql.NullInt64
+		if err := h.admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK("+hexLit(SignalName(name))+")").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id.Valid
+	}
+	req := driver.AcquireRequest{Name: name, Owner: "a", TTL: time.Minute}
+	ga, err := ds[0].TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqB := driver.AcquireRequest{Name: name, Owner: "b", TTL: time.Minute}
+	if _, err := ds[1].TryAcquire(ctx, reqB); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("b's acquire of a held lock: %v", err)
+	}
+	testwait.Until(t, 10*time.Second, "the holder's signal kept", used)
+	if _, err := ds[0].Release(ctx, driver.Lease{Name: name, Owner: "a", Token: ga.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if used() {
+		t.Fatal("the signal is still kept after the release returned")
+	}
+	// b was refused the lock a moment ago: its grant is contended and
+	// takes the signal at once.
+	gb, err := ds[1].TryAcquire(ctx, reqB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 10*time.Second, "the new holder's signal kept", used)
+	if _, err := ds[1].Release(ctx, driver.Lease{Name: name, Owner: "b", Token: gb.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if used() {
+		t.Fatal("the signal is still kept after the second release returned")
 	}
 }

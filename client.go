@@ -48,7 +48,10 @@ type Client struct {
 	retries map[*releaseRetry]struct{}
 	retryWG sync.WaitGroup
 
-	closing  chan struct{}
+	closing chan struct{}
+	// ended is closed once Close has ended every lease: the reaper keeps
+	// ending leases whose deadline passes while Close releases them.
+	ended    chan struct{}
 	closeCtx context.Context // cancelled when Close starts
 	stopCtx  context.CancelFunc
 	wg       sync.WaitGroup
@@ -139,12 +142,12 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 		log:       o.Logger,
 		epoch:     time.Now(),
 		heaps:     [nHeaps]leaseHeap{{k: byRenew}, {k: byEarly}, {k: byDeadline}},
-		renewer:   newSleeper(),
-		reaper:    newSleeper(),
 		lostWatch: map[<-chan struct{}]*lostWatcher{},
 		retries:   map[*releaseRetry]struct{}{},
 		closing:   make(chan struct{}),
+		ended:     make(chan struct{}),
 	}
+	c.renewer, c.reaper = newSleeper(c.closing), newSleeper(c.ended)
 	c.closeCtx, c.stopCtx = context.WithCancel(context.Background())
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -277,6 +280,7 @@ func (c *Client) Close() error {
 		}
 		wg.Wait()
 		cancel()
+		close(c.ended)
 		c.wg.Wait()
 		c.closeErr = c.d.Close()
 	})

@@ -137,10 +137,13 @@ func (h *leaseHeap) head() *Lease {
 // Client's clock or a poke.
 type sleeper struct {
 	wake  chan struct{}
-	armed int64 // Client.mu: when it wakes next on its own; idle if never
+	stop  <-chan struct{} // closed when the goroutine is to return
+	armed int64           // Client.mu: when it wakes next on its own; idle if never
 }
 
-func newSleeper() sleeper { return sleeper{wake: make(chan struct{}, 1), armed: idle} }
+func newSleeper(stop <-chan struct{}) sleeper {
+	return sleeper{wake: make(chan struct{}, 1), stop: stop, armed: idle}
+}
 
 // wakeByLocked makes s wake by at (Client.mu held): it pokes s only if s
 // would otherwise sleep past at.
@@ -155,8 +158,8 @@ func (s *sleeper) wakeByLocked(at int64) {
 	}
 }
 
-// sleep waits until at (idle: until poked) or a poke; false once the Client
-// closes.
+// sleep waits until at (idle: until poked) or a poke; false once s.stop
+// is closed.
 func (s *sleeper) sleep(c *Client, timer *time.Timer, at int64) bool {
 	if at == idle {
 		timer.Stop()
@@ -166,7 +169,7 @@ func (s *sleeper) sleep(c *Client, timer *time.Timer, at int64) bool {
 		timer.Reset(max(time.Duration(at-c.now()), 0))
 	}
 	select {
-	case <-c.closing:
+	case <-s.stop:
 		return false
 	case <-s.wake:
 	case <-timer.C:

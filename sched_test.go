@@ -336,3 +336,27 @@ func TestLeaseSignalsAskedWhileEnding(t *testing.T) {
 		}
 	}
 }
+
+// A lease whose deadline passes while Close is still releasing it (the
+// backend does not answer) is reported lost at its deadline, not ended with
+// ErrClosed only when the release gives up.
+func TestLossDuringSlowClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := memlock.NewBackend().NewDriver()
+		c := dlock.New(d, &dlock.Options{TTL: 300 * time.Millisecond, ReleaseTimeout: 5 * time.Second})
+		l, err := c.NewMutex("slow-close", nil).TryLock(context.Background())
+		if err != nil {
+			t.Fatalf("TryLock: %v", err)
+		}
+		start := time.Now()
+		d.Pause() // the release hangs until the release timeout
+		closed := make(chan error, 1)
+		go func() { closed <- c.Close() }()
+		<-l.Done()
+		if took := time.Since(start); took > time.Second || !errors.Is(l.Err(), dlock.ErrLeaseLost) {
+			t.Fatalf("lease ended after %v with %v during a hung Close: want ErrLeaseLost at its deadline (<300ms)", took, l.Err())
+		}
+		d.Resume()
+		<-closed
+	})
+}

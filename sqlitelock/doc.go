@@ -42,9 +42,19 @@
 //     late release, so its lock-delay runs in full, and a renewal never
 //     revives it.
 //
-// SQLite has no notification: waiters poll, and the dlock package bounds each
-// wait by the holder's remaining time, which TryAcquire reports in
-// driver.LockedError.RetryAfter.
+// SQLite has no notification, but every user of a database is on one
+// machine, so a release is signalled through a companion file next to the
+// database, <database>-dlock (created with the database file's permission
+// bits): a holder keeps an exclusive lock on one byte of it (Linux
+// open-file-description locks, at an offset hashed from the lock's name)
+// until it releases, and a waiter blocks for a shared lock on that byte,
+// which the kernel grants the moment the holder lets go or its process
+// ends (Driver.Subscribe, driver.Notifier). The grant itself is still the
+// table's one statement: a wake-up only says "try now". A holder that keeps
+// no byte lock (a crashed process, an older version) is polled on a
+// backoff and at the holder's remaining time, which TryAcquire reports in
+// driver.LockedError.RetryAfter. Without the companion file (it cannot be
+// created, or not on Linux) waiters poll as well.
 //
 // # URLs
 //

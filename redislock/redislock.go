@@ -27,6 +27,14 @@
 // one driver share a single pub/sub connection; see Driver.Subscribe for who
 // is woken.
 //
+// A waiting Lock (Driver.Acquire) queues in Redis: "dlock:{N}:q" is a sorted
+// set of the waiting owners by arrival (server ms), "dlock:{N}:qd" a hash of
+// each entry's deadline. A free lock goes to the first live waiter only; a
+// release publishes that waiter's owner, so only it is woken, and TryLock
+// or a releaser asking again go behind the queue. A waiter renews its entry
+// every second; an entry whose waiter vanished is dropped three seconds
+// after its last renewal. Both keys expire with their last entry.
+//
 // A key that dlock did not write, of any type, at "dlock:{N}" (another
 // client's SET NX PX lock, a Redisson hash, anything) is a lock held by an
 // unknown owner; so is one at "dlock:{N}:fence" while the lock is free. The
@@ -140,7 +148,9 @@ var errClosed = fmt.Errorf("redislock: %w", dlock.ErrClosed)
 
 // TryAcquire takes, re-enters or is refused the lock in one script call.
 // A refusal is a *driver.LockedError whose RetryAfter is the key's remaining
-// PTTL: the holder's remaining lease plus its lock-delay.
+// PTTL: the holder's remaining lease plus its lock-delay. A free lock is
+// refused too (RetryAfter and Token zero) while a live waiter is queued for
+// it (see Acquire): it goes to that waiter.
 //
 // A key that dlock did not write, of any type, at the lock's key (or at its
 // fencing counter while the lock is free) is a lock held by an unknown

@@ -280,6 +280,11 @@ func wakeOnce(ctx context.Context, settle time.Duration, holder, waiter LockFunc
 // HoldFunc takes the i-th of many distinct locks and returns its release.
 type HoldFunc func(ctx context.Context, i int) (release func(ctx context.Context) error, err error)
 
+// ErrHold is wrapped by the error ManyHeld returns when hold fails (for
+// example on a backend that pins a connection per held lock and has run out
+// of them); the levels measured until then are in its result.
+var ErrHold = errors.New("could not hold lock")
+
 // HeldLevel is one point of ManyHeld.
 type HeldLevel struct {
 	// Held is how many other locks were held while op ran.
@@ -331,7 +336,7 @@ func ManyHeld(ctx context.Context, levels []int, perLevel Budget, op func(ctx co
 		for i := len(releases); i < n; i++ {
 			rel, err := hold(ctx, i)
 			if err != nil {
-				return r, fmt.Errorf("hold lock %d: %w", i, err)
+				return r, fmt.Errorf("%w %d: %w", ErrHold, i, err)
 			}
 			releases = append(releases, rel)
 		}

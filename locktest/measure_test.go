@@ -150,7 +150,8 @@ func TestManyHeld(t *testing.T) {
 	if len(r.Levels) != 3 || r.Levels[2].Held != 100 || r.Levels[2].Op.N != 5 || held.Load() != 0 {
 		t.Fatalf("result %+v, %d still held", r, held.Load())
 	}
-	if _, err := ManyHeld(context.Background(), []int{0, 1000}, Budget{Max: 1}, op, hold); err == nil || held.Load() != 0 {
-		t.Fatalf("err %v, %d still held; want the error and all released", err, held.Load())
+	r, err = ManyHeld(context.Background(), []int{0, 1000}, Budget{Max: 1}, op, hold)
+	if !errors.Is(err, ErrHold) || len(r.Levels) != 1 || held.Load() != 0 {
+		t.Fatalf("err %v, levels %+v, %d still held; want ErrHold, level 0 and all released", err, r.Levels, held.Load())
 	}
 }

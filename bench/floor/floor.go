@@ -404,10 +404,17 @@ func splitMode(u *url.URL) (string, *url.URL) {
 	return mode, &c
 }
 
-// PGConnString is u (a postgres:// URL) without dlock's own parameters, for
-// pgx, and the mode it names.
+// PGConnString is u (a postgres:// URL) without dlock's own parameters and
+// pgxpool's (pool_*), for one pgx connection, and the mode it names.
 func PGConnString(u *url.URL) (connString, mode string) {
 	mode, c := splitMode(u)
+	q := c.Query()
+	for k := range q {
+		if strings.HasPrefix(k, "pool_") {
+			q.Del(k)
+		}
+	}
+	c.RawQuery = q.Encode()
 	return c.String(), mode
 }
 

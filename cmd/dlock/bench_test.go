@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/dlock/dlock/internal/testserver"
 )
 
 // TestBenchTable: "dlock bench" on mem:// prints one table row per
@@ -128,5 +130,23 @@ func TestBenchBadInput(t *testing.T) {
 				t.Errorf("stdout %q, want nothing", te.stdout.String())
 			}
 		})
+	}
+}
+
+// TestBenchHeldBeyondPool: a session-bound mode cannot hold more locks than
+// its pool has connections; the bench says so under the table and still
+// reports everything else (exit 0).
+func TestBenchHeldBeyondPool(t *testing.T) {
+	srv := testserver.Postgres(t)
+	u := srv.URL() + "&mode=advisory&pool_max_conns=4"
+	te := newTestEnv(nil)
+	if code := te.run("bench", "--url", u, "--duration", "1s", "--held", "10", "--goroutines", "2"); code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, te.stderr.String())
+	}
+	out := te.stdout.String()
+	for _, want := range []string{"Lock+Unlock, 0 leases held", "many held: could not hold lock", "wake-up of a blocked waiter"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }

@@ -228,14 +228,15 @@ func TestRunWithholdsCredentials(t *testing.T) {
 	raw, _ := authURL()
 	path := writeURLFile(t, raw+"\n", 0o600)
 	for _, tc := range []struct {
-		name string
-		args []string
-		vars map[string]string
+		name     string
+		args     []string
+		vars     map[string]string
+		withheld string // DLOCK_URL_WITHHELD for CMD
 	}{
-		{"DLOCK_URL", nil, map[string]string{"DLOCK_URL": raw}},
-		{"DLOCK_URL_FILE", nil, map[string]string{"DLOCK_URL_FILE": path}},
-		{"--url-file, DLOCK_URL set too", []string{"--url-file", path}, map[string]string{"DLOCK_URL": raw}},
-		{"--url", []string{"--url", raw}, map[string]string{}},
+		{"DLOCK_URL", nil, map[string]string{"DLOCK_URL": raw}, "DLOCK_URL"},
+		{"DLOCK_URL_FILE", nil, map[string]string{"DLOCK_URL_FILE": path}, "DLOCK_URL_FILE"},
+		{"--url-file, DLOCK_URL set too", []string{"--url-file", path}, map[string]string{"DLOCK_URL": raw}, "DLOCK_URL"},
+		{"--url", []string{"--url", raw}, map[string]string{}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.vars["KEEP_ME"] = "yes"
@@ -255,7 +256,37 @@ func TestRunWithholdsCredentials(t *testing.T) {
 					t.Errorf("CMD's environment lacks %q:\n%s", strings.TrimSpace(want), env)
 				}
 			}
+			has := strings.Contains(env, "DLOCK_URL_WITHHELD=")
+			if has != (tc.withheld != "") || has && !strings.Contains("\n"+env, "\nDLOCK_URL_WITHHELD="+tc.withheld+"\n") {
+				t.Errorf("CMD's environment: want DLOCK_URL_WITHHELD=%q:\n%s", tc.withheld, env)
+			}
 		})
+	}
+}
+
+// TestNestedDlockNeedsURL: a dlock that CMD runs, under a dlock run that
+// kept DLOCK_URL from it, does not fall back to the default SQLite file (a
+// different backend): it asks for --url-file, and works when given one.
+func TestNestedDlockNeedsURL(t *testing.T) {
+	raw, b := authURL()
+	path := writeURLFile(t, raw, 0o600)
+	home := t.TempDir()
+	inner := map[string]string{"HOME": home, "DLOCK_URL_WITHHELD": "DLOCK_URL"}
+	te := newTestEnv(inner)
+	if code := te.run("run", "x", "--", "true"); code != exitUsage || !strings.Contains(te.stderr.String(), "kept $DLOCK_URL from its command: give --url-file FILE or set $DLOCK_URL_FILE") {
+		t.Fatalf("exit %d, stderr %q; want 64 asking for --url-file", code, te.stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(home, ".local")); err == nil {
+		t.Fatal("the default state directory was created")
+	}
+	te = newTestEnv(inner)
+	if code := te.run("run", "--url-file", path, "x", "--", "true"); code != 0 || b.Calls("acquire") != 1 {
+		t.Fatalf("with --url-file: exit %d, %d acquires; stderr %q", code, b.Calls("acquire"), te.stderr.String())
+	}
+	inner["DLOCK_URL_FILE"] = path
+	te = newTestEnv(inner)
+	if code := te.run("status"); code != 0 {
+		t.Fatalf("with DLOCK_URL_FILE: exit %d, stderr %q", code, te.stderr.String())
 	}
 }
 
@@ -347,5 +378,25 @@ func TestProcessCredentialsHidden(t *testing.T) {
 				t.Fatalf("dlock printed the password: %s", out)
 			}
 		})
+	}
+}
+
+// TestProcessNestedDlock: dlock processes run by CMD under a dlock run whose
+// backend came from DLOCK_URL: without a URL they exit 64 rather than use
+// the default file; with --url-file they reach the outer lock's backend.
+func TestProcessNestedDlock(t *testing.T) {
+	dbURL, _ := sqliteTestURL(t)
+	path := writeURLFile(t, dbURL+"\n", 0o600)
+	bin := dlockBinary(t)
+	cmd, out := startDlock(t, dbURL, "run", "outer", "--", "sh", "-c",
+		`"$0" status; echo "status exit $?"; "$0" status --url-file "$1" --json; echo "file exit $?"`, bin, path)
+	if code := waitExit(t, cmd, time.Minute); code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	got := out.String()
+	for _, want := range []string{"kept $DLOCK_URL from its command", "status exit 64", `"name": "outer"`, "file exit 0"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
 	}
 }

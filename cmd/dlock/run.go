@@ -20,7 +20,8 @@ import (
 const runLong = `Run takes the lock NAME, runs CMD while holding it, and releases it when CMD
 exits. The lease is renewed in the background every TTL/3. CMD gets the
 environment of dlock, without DLOCK_URL and DLOCK_URL_FILE (CMD is not given
-the backend's credentials), plus:
+the backend's credentials; DLOCK_URL_WITHHELD names them instead, and a dlock
+run by CMD then needs --url-file or DLOCK_URL_FILE), plus:
 
   DLOCK_NAME   the lock's name
   DLOCK_TOKEN  the fencing token (decimal): strictly greater than every token
@@ -364,15 +365,24 @@ func (f *runFlags) release(e *env, lease *dlock.Lease) {
 // carry its password (CMD is not trusted with it; it gets DLOCK_TOKEN).
 var withheldVars = []string{"DLOCK_NAME", "DLOCK_TOKEN", envURL, envURLFile}
 
-// childEnv is environ without withheldVars, plus DLOCK_NAME and DLOCK_TOKEN.
+// childEnv is environ without withheldVars, plus DLOCK_NAME and DLOCK_TOKEN,
+// and $DLOCK_URL_WITHHELD naming the backend variables it left out, if any
+// were set: a dlock started by CMD then refuses to fall back to the default
+// SQLite file, a backend other than the one CMD's lock is on (backendURL).
 func childEnv(environ []string, name string, token uint64) []string {
-	out := make([]string, 0, len(environ)+2)
+	out := make([]string, 0, len(environ)+3)
+	var withheld []string
 	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
-		if slices.Contains(withheldVars, k) {
-			continue
+		k, v, _ := strings.Cut(kv, "=")
+		if !slices.Contains(withheldVars, k) {
+			out = append(out, kv)
+		} else if (k == envURL || k == envURLFile) && v != "" && !slices.Contains(withheld, k) {
+			withheld = append(withheld, k)
 		}
-		out = append(out, kv)
+	}
+	if len(withheld) > 0 {
+		out = slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, envURLWithheld+"=") })
+		out = append(out, envURLWithheld+"="+strings.Join(withheld, ","))
 	}
 	return append(out, "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(token, 10))
 }

@@ -28,6 +28,9 @@ type urlFlags struct {
 const (
 	envURL     = "DLOCK_URL"
 	envURLFile = "DLOCK_URL_FILE"
+	// envURLWithheld is set by "dlock run" in CMD's environment when it
+	// left envURL or envURLFile out; see childEnv.
+	envURLWithheld = "DLOCK_URL_WITHHELD"
 )
 
 // maxURLFileSize bounds what dlock reads from a URL file: it holds one URL.
@@ -76,6 +79,11 @@ func (u *urlFlags) backendURL(e *env, cmdName string) (string, error) {
 	case v != "":
 		e.addSecrets(v)
 		return v, nil
+	}
+	if w := e.getenv(envURLWithheld); w != "" {
+		// Under a "dlock run" whose backend came from the environment: the
+		// default file is not that backend, so do not silently use it.
+		return "", usageErr(fmt.Errorf("%s: no backend given, and the dlock run this runs under kept $%s from its command: give --url-file FILE or set $%s (or unset $%s to use the default SQLite file)", cmdName, strings.ReplaceAll(w, ",", " and $"), envURLFile, envURLWithheld))
 	}
 	path, err := defaultDBPath(e)
 	if err != nil {

@@ -19,20 +19,8 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 	for _, mode := range []Mode{ModeLease, ModeGetLock, ModeRowLock} {
 		b.Run(string(mode), func(b *testing.B) {
 			ctx := context.Background()
-			hn, err := newHarnessFor(mode)(ctx, b)
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := hn.(*harness)
-			defer h.Close()
-			d, err := h.NewDriver(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
-			defer c.Close()
-			md := d.(*Driver)
-			conn, err := md.db.Conn(ctx)
+			d, c := benchDriver(b, mode)
+			conn, err := d.db.Conn(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -40,7 +28,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 			name := randomName("samework")
 			bare := name + "-bare"
 			k, o, l, w := hexLit(bare), hexLit("o"), hexLit(LockName(bare)), hexLit(SignalName(bare))
-			q := md.q
+			q := d.q
 			ttl := strconv.FormatInt(sqlcommon.Micros(30*time.Second), 10)
 			exec := func(s string) (int64, error) {
 				res, err := conn.ExecContext(ctx, s)
@@ -80,7 +68,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					if err := conn.QueryRowContext(ctx, fill(q.rowLock, "{K}", k)).Scan(&one); err != nil {
 						return err
 					}
-					if _, err := md.db.ExecContext(ctx, fill(q.fenceBump, "{K}", k, "{O}", o)); err != nil {
+					if _, err := d.db.ExecContext(ctx, fill(q.fenceBump, "{K}", k, "{O}", o)); err != nil {
 						return err
 					}
 					// The pinned session confirms its row lock after the increment.
@@ -102,38 +90,35 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 // on one connection, interleaved in the same run; the metric x-native is
 // dlock's median over the hand-written one's.
 func BenchmarkNativePeer(b *testing.B) {
-	for _, mode := range []Mode{ModeLease, ModeGetLock} {
-		b.Run(string(mode), func(b *testing.B) {
-			ctx := context.Background()
-			hn, err := newHarnessFor(mode)(ctx, b)
-			if err != nil {
-				b.Fatal(err)
+	sqltest.NativePeer(b, []string{"lease", "getlock"}, func(b *testing.B, mode, name string) (*dlock.Mutex, func() error) {
+		ctx := context.Background()
+		d, c := benchDriver(b, Mode(mode))
+		conn, err := d.db.Conn(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = conn.Close() })
+		// Literal text, one round trip each (placeholders would cost a
+		// prepare and a close per call without interpolateParams).
+		k := hexLit(LockName(name + "-native"))
+		return c.NewMutex(name, nil), func() error {
+			var ok int
+			if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+k+", 10)").Scan(&ok); err != nil {
+				return err
 			}
-			h := hn.(*harness)
-			defer h.Close()
-			d, err := h.NewDriver(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
-			defer c.Close()
-			conn, err := d.(*Driver).db.Conn(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Close()
-			name := randomName("native")
-			// Literal text, one round trip each (placeholders would cost a
-			// prepare and a close per call without interpolateParams).
-			k := hexLit(LockName(name + "-native"))
-			native := func() error {
-				var ok int
-				if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+k+", 10)").Scan(&ok); err != nil {
-					return err
-				}
-				return conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+k+")").Scan(&ok)
-			}
-			sqltest.Ratio(b, c.NewMutex(name, nil), native, "x-native")
-		})
+			return conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK("+k+")").Scan(&ok)
+		}
+	})
+}
+
+// benchDriver returns a driver in mode on the test server and a client on
+// it, both closed when b ends.
+func benchDriver(b *testing.B, mode Mode) (*Driver, *dlock.Client) {
+	dn, err := newTestHarness(b, mode).NewDriver(context.Background())
+	if err != nil {
+		b.Fatal(err)
 	}
+	c := dlock.New(dn, &dlock.Options{TTL: 30 * time.Second})
+	b.Cleanup(func() { _ = c.Close() })
+	return dn.(*Driver), c
 }

@@ -20,27 +20,15 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
 		b.Run(string(mode), func(b *testing.B) {
 			ctx := context.Background()
-			hn, err := newHarnessFor(mode)(ctx, b)
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := hn.(*harness)
-			defer h.Close()
-			d, err := h.NewDriver(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
-			defer c.Close()
-			pd := d.(*Driver)
-			conn, err := pd.pool.Acquire(ctx)
+			d, c := benchDriver(b, mode)
+			conn, err := d.pool.Acquire(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer conn.Release()
 			name := randomName("samework")
 			bareName := name + "-bare"
-			q := pd.q
+			q := d.q
 			bare := func() error {
 				switch mode {
 				case ModeLease:
@@ -52,7 +40,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					}
 					var rem int
 					var n *bool
-					return conn.QueryRow(ctx, q.leaseRelease, bareName, "o", fence, pd.channel).Scan(&rem, &n)
+					return conn.QueryRow(ctx, q.leaseRelease, bareName, "o", fence, d.channel).Scan(&rem, &n)
 				case ModeAdvisory:
 					var ok bool
 					var fence int64
@@ -62,7 +50,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 						return err
 					}
 					var n *bool
-					return conn.QueryRow(ctx, q.advisoryReleaseReset, k, pd.channel, bareName, old).Scan(&ok, &n, nil)
+					return conn.QueryRow(ctx, q.advisoryReleaseReset, k, d.channel, bareName, old).Scan(&ok, &n, nil)
 				default:
 					bt := &pgx.Batch{}
 					bt.Queue("BEGIN")
@@ -71,7 +59,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 						return err
 					}
 					var fence int64
-					if err := pd.pool.QueryRow(ctx, q.fenceBump, bareName, "o").Scan(&fence); err != nil {
+					if err := d.pool.QueryRow(ctx, q.fenceBump, bareName, "o").Scan(&fence); err != nil {
 						return err
 					}
 					// The pinned session confirms its row lock after the increment.
@@ -80,7 +68,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 						return err
 					}
 					bt = &pgx.Batch{}
-					bt.Queue(q.rowNotify, pd.channel, bareName)
+					bt.Queue(q.rowNotify, d.channel, bareName)
 					bt.Queue("COMMIT")
 					return conn.SendBatch(ctx, bt).Close()
 				}
@@ -100,36 +88,33 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 // pg_advisory_unlock on one connection, interleaved in the same run; the
 // metric x-native is dlock's median over the hand-written one's.
 func BenchmarkNativePeer(b *testing.B) {
-	for _, mode := range []Mode{ModeLease, ModeAdvisory} {
-		b.Run(string(mode), func(b *testing.B) {
-			ctx := context.Background()
-			hn, err := newHarnessFor(mode)(ctx, b)
-			if err != nil {
-				b.Fatal(err)
-			}
-			h := hn.(*harness)
-			defer h.Close()
-			d, err := h.NewDriver(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			c := dlock.New(d, &dlock.Options{TTL: 30 * time.Second})
-			defer c.Close()
-			conn, err := d.(*Driver).pool.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer conn.Release()
-			name := randomName("native")
-			k := AdvisoryKey(name + "-native")
-			native := func() error {
-				if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
-					return err
-				}
-				_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", k)
+	sqltest.NativePeer(b, []string{"lease", "advisory"}, func(b *testing.B, mode, name string) (*dlock.Mutex, func() error) {
+		ctx := context.Background()
+		d, c := benchDriver(b, Mode(mode))
+		conn, err := d.pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(conn.Release)
+		k := AdvisoryKey(name + "-native")
+		return c.NewMutex(name, nil), func() error {
+			if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
 				return err
 			}
-			sqltest.Ratio(b, c.NewMutex(name, nil), native, "x-native")
-		})
+			_, err := conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", k)
+			return err
+		}
+	})
+}
+
+// benchDriver returns a driver in mode on the test server and a client on
+// it, both closed when b ends.
+func benchDriver(b *testing.B, mode Mode) (*Driver, *dlock.Client) {
+	dn, err := newTestHarness(b, mode).NewDriver(context.Background())
+	if err != nil {
+		b.Fatal(err)
 	}
+	c := dlock.New(dn, &dlock.Options{TTL: 30 * time.Second})
+	b.Cleanup(func() { _ = c.Close() })
+	return dn.(*Driver), c
 }

@@ -6,37 +6,25 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/testwait"
-
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // BenchmarkWakeFair reports wake-up latency, the re-take share under 8
 // contenders and the longest wait with 9 (see sqltest.WakeFair). Run with
 // -benchtime=50x or so: each run takes some 6s whatever b.N.
 func BenchmarkWakeFair(b *testing.B) {
-	b.Run("Lease", func(b *testing.B) { wakeFair(b, ModeLease) })
-	b.Run("Advisory", func(b *testing.B) { wakeFair(b, ModeAdvisory) })
-}
-
-func wakeFair(b *testing.B, mode Mode) {
-	hn, err := newHarnessFor(mode)(context.Background(), b)
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := hn.(*harness)
-	defer h.Close()
-	sqltest.WakeFair(b, h.NewDriver)
+	sqltest.WakeFairModes(b, []string{"lease", "advisory"}, openMode)
 }
 
 // TestWakesOnRelease: in every mode a release wakes a waiter on another
 // driver long before its next poll.
 func TestWakesOnRelease(t *testing.T) {
-	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
-		t.Run(string(mode), func(t *testing.T) {
-			sqltest.WakesOnRelease(t, newTestHarness(t, mode).NewDriver)
-		})
-	}
+	sqltest.WakesOnReleaseModes(t, []string{"lease", "advisory", "rowlock"}, openMode)
+}
+
+func openMode(tb testing.TB, mode string) sqltest.Open {
+	return newTestHarness(tb, Mode(mode)).NewDriver
 }
 
 // TestReleaseWakesLongestWaiter: of one driver's subscribers to a name,

@@ -220,3 +220,34 @@ func WakesOnRelease(t *testing.T, open Open) {
 		t.Fatal("the waiter did not get the lock within 20s of the release: no wake-up (its next poll is a minute away)")
 	}
 }
+
+// OpenMode returns, for a package's tests, the driver opener of one mode
+// on the test server (closed when tb ends).
+type OpenMode func(tb testing.TB, mode string) Open
+
+// WakeFairModes runs WakeFair per mode, as sub-benchmarks.
+func WakeFairModes(b *testing.B, modes []string, open OpenMode) {
+	for _, mode := range modes {
+		b.Run(mode, func(b *testing.B) { WakeFair(b, open(b, mode)) })
+	}
+}
+
+// WakesOnReleaseModes runs WakesOnRelease per mode, as subtests.
+func WakesOnReleaseModes(t *testing.T, modes []string, open OpenMode) {
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) { WakesOnRelease(t, open(t, mode)) })
+	}
+}
+
+// NativePeer runs, per mode as sub-benchmarks, Ratio of TryLock+Unlock
+// against what a user would write by hand instead (metric x-native). setup
+// returns, for a mode and a fresh lock name, the Mutex and the hand-written
+// lock-and-unlock of another name; b's cleanups close what it opens.
+func NativePeer(b *testing.B, modes []string, setup func(b *testing.B, mode, name string) (*dlock.Mutex, func() error)) {
+	for _, mode := range modes {
+		b.Run(mode, func(b *testing.B) {
+			m, native := setup(b, mode, RandomName("native"))
+			Ratio(b, m, native, "x-native")
+		})
+	}
+}

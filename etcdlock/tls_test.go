@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/dlock/dlock/internal/openurl/tlstest"
 	"github.com/dlock/dlock/internal/testserver"
@@ -22,23 +23,29 @@ import (
 // deadline exceeded" after dial_timeout) and without the password.
 func TestTLSAndAuth(t *testing.T) {
 	const pw = "s3cret-Pa55"
-	ts := testserver.NewTLS(t)
+	// The member's certificate names only testserver.TLSServerName, not
+	// the address dialled: only a client that honours server_name verifies
+	// it (old code: gRPC verified the address whatever server_name said).
+	ts, err := testserver.NewTLS(t).NameOnly()
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := testserver.EtcdWith(t, 1, &testserver.EtcdOptions{TLS: ts, ClientAuth: true})
 	addr := c.Members[0].Addr()
 	plain := shared.Members[0].Addr()
 	enableAuth(t, addr, ts, pw)
-	files := "ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	files := "server_name=" + testserver.TLSServerName + "&ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
 	base := "etcd://root:" + pw + "@" + addr + "/tlstest/?dial_timeout=3s&"
 	tlstest.Run(t, []tlstest.Case{
 		{Name: "verified mTLS with password", URL: base + files},
 		{Name: "etcds scheme", URL: "etcds://root:" + pw + "@" + addr + "/tlstest/?" + files},
-		{Name: "server_name", URL: base + files + "&server_name=" + testserver.TLSServerName},
+		{Name: "address without server_name", URL: base + "ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate is valid for " + testserver.TLSServerName + ", not 127.0.0.1|doesn't contain any IP SANs", Secret: pw},
 		{Name: "wrong server_name", URL: base + files + "&server_name=other.example", WantErr: "x509: certificate is valid for", Secret: pw},
 		{Name: "wrong password", URL: "etcd://root:wrong-" + pw + "@" + addr + "/?dial_timeout=3s&" + files, WantErr: "authentication failed", Secret: "wrong-" + pw},
-		{Name: "wrong CA", URL: base + "ca_file=" + url.QueryEscape(ts.OtherCAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
+		{Name: "wrong CA", URL: base + "server_name=" + testserver.TLSServerName + "&ca_file=" + url.QueryEscape(ts.OtherCAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
 		{Name: "plaintext against TLS", URL: "etcd://root:" + pw + "@" + addr + "/?dial_timeout=2s", WantErr: "the server speaks TLS", Secret: pw},
 		{Name: "TLS asked of a plaintext server", URL: "etcd://" + plain + "/?dial_timeout=3s&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "TLS handshake: " + plain},
-		{Name: "no client certificate", URL: base + "ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "certificate required|bad certificate", Secret: pw},
+		{Name: "no client certificate", URL: base + "server_name=" + testserver.TLSServerName + "&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "certificate required|bad certificate", Secret: pw},
 	})
 }
 
@@ -49,7 +56,9 @@ func enableAuth(t *testing.T, addr string, ts *testserver.TLS, pw string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, TLS: tc, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	tc.ServerName = testserver.TLSServerName
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, TLS: tc, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithAuthority(testserver.TLSServerName)}})
 	if err != nil {
 		t.Fatal(err)
 	}

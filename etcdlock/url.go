@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
@@ -142,6 +143,11 @@ func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 			return cfg, nil, openurl.BadURL("etcdlock: %w", err)
 		}
 		cfg.TLS = tc
+		if tp.ServerName != "" {
+			// gRPC verifies the name of its authority, the endpoint's
+			// host, whatever the tls.Config says: make it the name.
+			cfg.DialOptions = append(cfg.DialOptions, grpc.WithAuthority(tp.ServerName))
+		}
 	}
 	return cfg, opts, nil
 }

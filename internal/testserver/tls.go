@@ -40,6 +40,9 @@ type TLS struct {
 	ClientCertFile string // common name TLSClientName, for client authentication
 	ClientKeyFile  string
 	OtherCAFile    string // a CA that signed nothing here: verifying against it fails
+
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
 }
 
 // NewTLS makes a TLS set in t's temporary directory, failing t on error.
@@ -68,6 +71,7 @@ func MakeTLS(dir string) (*TLS, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.ca, s.caKey = ca, caKey
 	other, _, err := makeCert("dlock other CA", nil, nil, nil)
 	if err != nil {
 		return nil, err
@@ -112,6 +116,34 @@ func MakeTLS(dir string) (*TLS, error) {
 		}
 	}
 	return s, nil
+}
+
+// NameOnly returns a copy of s whose server certificate names only
+// TLSServerName (no address, not localhost): a client that dials 127.0.0.1
+// verifies it only when told to expect TLSServerName (server_name). The new
+// certificate and key are written next to s's files.
+func (s *TLS) NameOnly() (*TLS, error) {
+	cert, key, err := makeCert("dlock test server (name only)", s.ca, s.caKey, func(c *x509.Certificate) {
+		c.DNSNames = []string{TLSServerName}
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	})
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("testserver: tls: %w", err)
+	}
+	n := *s
+	n.ServerCertFile = filepath.Join(s.Dir, "server-name-only.pem")
+	n.ServerKeyFile = filepath.Join(s.Dir, "server-name-only-key.pem")
+	if err := os.WriteFile(n.ServerCertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o644); err != nil {
+		return nil, fmt.Errorf("testserver: tls: %w", err)
+	}
+	if err := os.WriteFile(n.ServerKeyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return nil, fmt.Errorf("testserver: tls: %w", err)
+	}
+	return &n, nil
 }
 
 // makeCert makes a certificate named cn and its key: a CA signed by itself

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"sort"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -111,76 +109,6 @@ func p50(ds []time.Duration) time.Duration {
 	c := append([]time.Duration(nil), ds...)
 	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
 	return c[len(c)/2]
-}
-
-// BenchmarkScriptCPU measures the Redis server's CPU per script call
-// (INFO commandstats, usec_per_call of evalsha) for Acquire+Release of a free
-// lock, next to the floor's compare-and-delete script. Metrics:
-// evalsha-µs/call (dlock's scripts), floor-evalsha-µs/call and their ratio.
-func BenchmarkScriptCPU(b *testing.B) {
-	srv := testserver.Redis(b, nil)
-	ctx := context.Background()
-	u, _ := url.Parse(srv.URL())
-	dd, err := OpenURL(ctx, u)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d := dd.(*Driver)
-	defer d.Close()
-	opt, _ := redis.ParseURL(srv.URL())
-	raw := redis.NewClient(opt)
-	defer raw.Close()
-	perCall := func() float64 {
-		s, err := raw.Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(s, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						return x
-					}
-				}
-			}
-		}
-		return 0
-	}
-	req := driver.AcquireRequest{Name: "cpu", Owner: "o1", TTL: 30 * time.Second}
-	lockOnce := func() {
-		g, err := d.TryAcquire(ctx, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := d.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lockOnce()
-	if err := rawAcquireRelease(ctx, raw, "floor"); err != nil {
-		b.Fatal(err)
-	}
-	n := max(b.N, 10000)
-	_ = raw.ConfigResetStat(ctx).Err()
-	b.ResetTimer()
-	for i := 0; i < n; i++ {
-		lockOnce()
-	}
-	b.StopTimer()
-	dl := perCall()
-	_ = raw.ConfigResetStat(ctx).Err()
-	for i := 0; i < n; i++ {
-		if err := rawAcquireRelease(ctx, raw, "floor"); err != nil {
-			b.Fatal(err)
-		}
-	}
-	fl := perCall()
-	b.ReportMetric(dl, "evalsha-µs/call")
-	b.ReportMetric(fl, "floor-evalsha-µs/call")
-	if fl > 0 {
-		b.ReportMetric(dl/fl, "x-floor-script")
-	}
 }
 
 // BenchmarkFairness: see redistest.BenchFairness.

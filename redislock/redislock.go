@@ -262,27 +262,29 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 // leave takes owner out of k's queue, best effort (a failure leaves the
 // entry to expire).
 func (d *Driver) leave(ctx context.Context, k redisscript.Keys, owner string) {
-	if !d.gate.Enter() {
-		return
-	}
-	defer d.gate.Exit()
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = redisscript.Leave(lctx, d.client, k, owner)
+	d.detached(ctx, func(ctx context.Context) { _ = redisscript.Leave(ctx, d.client, k, owner) })
 }
 
 // undoAttempt releases the grant an attempt of unknown outcome may have
 // made; if it cannot, the grant stays booked for Close.
 func (d *Driver) undoAttempt(ctx context.Context, k redisscript.Keys, owner string) {
+	d.detached(ctx, func(ctx context.Context) {
+		if _, held, err := redisscript.Release(ctx, d.client, k, owner, 0); err == nil {
+			d.grants.Released(k.Lock, owner, held)
+		}
+	})
+}
+
+// detached runs fn, unless Close has begun, with ctx's values but not its
+// end, for at most five seconds.
+func (d *Driver) detached(ctx context.Context, fn func(context.Context)) {
 	if !d.gate.Enter() {
 		return
 	}
 	defer d.gate.Exit()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, held, err := redisscript.Release(rctx, d.client, k, owner, 0); err == nil {
-		d.grants.Released(k.Lock, owner, held)
-	}
+	fn(dctx)
 }
 
 // Release gives up one hold. The last hold deletes the lock at once and

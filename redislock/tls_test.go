@@ -20,7 +20,7 @@ func TestTLSAndAuth(t *testing.T) {
 	ts := testserver.NewTLS(t)
 	srv := testserver.Redis(t, &testserver.RedisOptions{TLS: ts, ClientAuth: true, Password: pw})
 	plain := testserver.Redis(t, &testserver.RedisOptions{Password: pw})
-	files := "ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	files := ts.URLParams(ts.CAFile, true)
 	base := "rediss://:" + pw + "@" + srv.Addr() + "/0?"
 	tlstest.Run(t, []tlstest.Case{
 		{Name: "verified mTLS with password", URL: base + files},
@@ -30,8 +30,8 @@ func TestTLSAndAuth(t *testing.T) {
 		{Name: "wrong server_name", URL: base + files + "&server_name=other.example", WantErr: "x509: certificate is valid for", Secret: pw},
 		{Name: "wrong password", URL: "rediss://:wrong-" + pw + "@" + srv.Addr() + "/0?" + files, WantErr: "WRONGPASS|invalid password", Secret: "wrong-" + pw},
 		{Name: "no password", URL: "rediss://" + srv.Addr() + "/0?" + files, WantErr: "NOAUTH"},
-		{Name: "wrong CA", URL: base + "ca_file=" + url.QueryEscape(ts.OtherCAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
-		{Name: "no client certificate", URL: base + "ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "certificate required|connection reset|EOF|broken pipe", Secret: pw},
+		{Name: "wrong CA", URL: base + ts.URLParams(ts.OtherCAFile, true), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
+		{Name: "no client certificate", URL: base + ts.URLParams(ts.CAFile, false), WantErr: "certificate required|connection reset|EOF|broken pipe", Secret: pw},
 		{Name: "TLS asked of a plaintext server", URL: "redis://:" + pw + "@" + plain.Addr() + "/0?dial_timeout=1s&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "tls:|EOF|connection reset|deadline exceeded|i/o timeout", Secret: pw},
 		{Name: "missing ca_file", URL: base + "ca_file=/nonexistent/ca.pem", WantErr: "ca_file: open /nonexistent/ca.pem"},
 		{Name: "cert_file without key_file", URL: base + "cert_file=" + url.QueryEscape(ts.ClientCertFile), WantErr: "cert_file and key_file must be given together"},

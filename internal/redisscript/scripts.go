@@ -10,21 +10,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A lock's value is one string, so that a grant is one SET ... PX and a
-// check one GET (cheaper on the server than a hash):
-//
-//	count \n token \n exp \n delay \n owner
-//
-// exp (the lease's own expiry, server ms) and delay (ms) are empty without a
-// lock-delay: the key's PX expiry is then the lease's, and a key that exists
-// is a live lease. The owner comes last, so it may contain any byte.
-//
-// Scripts read the server's clock (TIME) only when a lock-delay is
-// involved, and always before their first write, after calling
-// redis.replicate_commands: that lets them write after TIME on servers older
-// than 5.0 (later servers replicate scripts by effects and treat the call as
-// a no-op).
-const prelude = `
+// clock is the lazily read server clock of every script: now() reads TIME
+// once (after redis.replicate_commands, see below). It is the only function
+// the acquire and release scripts define, so a call of theirs builds one
+// closure rather than the prelude's eight.
+const clock = `
 local nowms
 local function now()
   if not nowms then
@@ -34,6 +24,23 @@ local function now()
   end
   return nowms
 end
+`
+
+// A lock's value is one string, so that a grant is one SET ... PX and a
+// check one GET (cheaper on the server than a hash):
+//
+//	count \n token \n exp \n delay \n owner
+//
+// exp (the lease's own expiry, server ms) and delay (ms) are empty without a
+// lock-delay: the key's PX expiry is then the lease's, and a key that exists
+// is a live lease. The owner comes last, so it may contain any byte.
+//
+// Scripts read the server's clock (TIME) only when a lock-delay or the
+// waiter queue is involved, and always before their first write, after calling
+// redis.replicate_commands: that lets them write after TIME on servers older
+// than 5.0 (later servers replicate scripts by effects and treat the call as
+// a no-op).
+var prelude = clock + `
 local function parse(v)
   return string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
 end
@@ -65,22 +72,6 @@ local function counter(k)
   if not v then return 0 end
   if type(v) ~= 'string' or not string.match(v, '^%d+$') then return nil end
   return tonumber(v)
-end
-`
-
-// clock is the lazily read server clock of the acquire and release
-// scripts: now() reads TIME once (after redis.replicate_commands, see
-// prelude). It is the only function they define, so a call builds one
-// closure rather than the prelude's eight.
-const clock = `
-local nowms
-local function now()
-  if not nowms then
-    if redis.replicate_commands then pcall(redis.replicate_commands) end
-    local t = redis.call('TIME')
-    nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return nowms
 end
 `
 

@@ -20,7 +20,7 @@ const (
 
 // tlsInfo tells from the URL alone how its connection is protected: one of
 // the tls* states, and the setting that decides it. It reads the URL as the
-// drivers do (docs/backends.md), and $PGSSLMODE / $PGSSLROOTCERT for
+// drivers do (docs/security.md), and $PGSSLMODE / $PGSSLROOTCERT for
 // PostgreSQL, which pgx reads when the URL does not say. It opens nothing.
 func tlsInfo(raw string, getenv func(string) string) (state, why string) {
 	u, err := url.Parse(raw)
@@ -150,6 +150,6 @@ func reportBackend(e *env, raw string, verbose bool) {
 		return
 	}
 	if state, _ := tlsInfo(raw, e.getenv); (state == tlsNone || state == tlsUnverified) && !onLoopback(raw) {
-		e.warnf("dlock: note: %s; see docs/backends.md for verified TLS", line)
+		e.warnf("dlock: note: %s; see docs/security.md for verified TLS", line)
 	}
 }

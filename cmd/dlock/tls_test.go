@@ -59,7 +59,7 @@ func TestReportBackend(t *testing.T) {
 		verbose bool
 		want    string // "" for nothing
 	}{
-		{"redis://:pw-x@db.example:6379/0", false, "dlock: note: tls: none (redis:// without tls=true or ca_file); see docs/backends.md"},
+		{"redis://:pw-x@db.example:6379/0", false, "dlock: note: tls: none (redis:// without tls=true or ca_file); see docs/security.md for verified TLS"},
 		{"postgres://u:pw-x@db.example/app", false, "dlock: note: tls: unverified (sslmode=prefer, pgx's default: the certificate is not checked"},
 		{"redis://:pw-x@127.0.0.1:6379/0", false, ""},
 		{"etcd://localhost:2379,[::1]:2379", false, ""},

@@ -39,9 +39,11 @@ func newRootCmd(e *env) *cobra.Command {
 		Long: `dlock runs a command while holding a named distributed lock, with a fencing
 token, lease renewal, and the child stopped if the lease is lost.
 
-The backend is chosen by URL: --url, else $DLOCK_URL, else an SQLite file in
-$XDG_STATE_HOME/dlock/locks.db (default ~/.local/state/dlock/locks.db), created
-on first use. Supported schemes: ` + schemeList() + `.`,
+The backend is chosen by URL: --url or --url-file FILE, else $DLOCK_URL or
+$DLOCK_URL_FILE, else an SQLite file in $XDG_STATE_HOME/dlock/locks.db
+(default ~/.local/state/dlock/locks.db), created on first use. A password in
+--url is visible to other users in ps: give it in a file of mode 0600 with
+--url-file. Supported schemes: ` + schemeList() + `.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// With no subcommand, show help rather than doing nothing.

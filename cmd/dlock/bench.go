@@ -43,7 +43,7 @@ be reached.`
 
 // benchFlags are the settings of one "dlock bench".
 type benchFlags struct {
-	url        string
+	url        urlFlags
 	duration   time.Duration
 	goroutines int
 	held       int
@@ -65,7 +65,7 @@ func newBenchCmd(e *env) *cobra.Command {
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.url, "url", "", "backend URL (default $DLOCK_URL, else the SQLite file)")
+	f.url.register(cmd, defaultURLHelp)
 	fl.DurationVar(&f.duration, "duration", 20*time.Second, "about how long the measurements run")
 	fl.IntVar(&f.goroutines, "goroutines", 8, "goroutines contending in the hot-lock scenario")
 	fl.IntVar(&f.held, "held", 1000, "leases held in the many-held scenario")
@@ -109,7 +109,7 @@ func runBench(cmd *cobra.Command, e *env, f *benchFlags) error {
 	case f.held < 0:
 		return usageErr(fmt.Errorf("bench: --held must not be negative, got %d", f.held))
 	}
-	raw, err := backendURL(f.url, e)
+	raw, err := f.url.backendURL(e, "bench")
 	if err != nil {
 		return err
 	}

@@ -130,6 +130,7 @@ func TestURLFileBadInput(t *testing.T) {
 		{"both variables", []string{"status"}, map[string]string{"DLOCK_URL": good, "DLOCK_URL_FILE": file(good)},
 			[]string{"both $DLOCK_URL and $DLOCK_URL_FILE"}},
 		{"check", []string{"check", "--url-file", file("\n")}, nil, []string{"--url-file", "is empty"}},
+		{"bench", []string{"bench", "--url-file", file("")}, nil, []string{"--url-file", "is empty"}},
 		{"check with --spawn too", []string{"check", "--url-file", file(good), "--spawn", "redis"}, nil, []string{"exactly one of"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

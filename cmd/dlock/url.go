@@ -96,11 +96,6 @@ func (u *urlFlags) backendURL(e *env, cmdName string) (string, error) {
 	return sqliteURL(path), nil
 }
 
-// backendURL is urlFlags.backendURL for a command that takes --url only.
-func backendURL(flag string, e *env) (string, error) {
-	return (&urlFlags{url: flag}).backendURL(e, "dlock")
-}
-
 // readURLFile reads the backend URL from path, named in errors by from (the
 // flag or variable that gave it). The file holds the URL on one line; a
 // trailing newline and surrounding blanks are dropped. Errors name the file,

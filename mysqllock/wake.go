@@ -241,7 +241,7 @@ func (ls *leaseSignals) released(name, owner string) <-chan struct{} {
 }
 
 // signalReleaseWait bounds a release's wait for its signal to be given up.
-const signalReleaseWait = 100 * time.Millisecond
+const signalReleaseWait = time.Second
 
 // awaitSignal waits for gone (from released), at most signalReleaseWait
 // and never past ctx.

@@ -3,13 +3,16 @@ package redislock
 import (
 	"context"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
+	"github.com/dlock/dlock/internal/redisscript/redistest"
 	"github.com/dlock/dlock/internal/testwait"
 )
 
@@ -76,41 +79,12 @@ type lockResult struct {
 // behind them (before the queue, whoever's attempt reached the server first
 // won, usually the releaser).
 func TestQueueOrder(t *testing.T) {
-	q := newQueueFixture(t)
-	ctx := ctxT(t)
-	holder, err := q.cs[0].NewMutex(q.name, nil).Lock(ctx)
+	f := newFixture(t)
+	u, err := url.Parse(f.srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := q.lockAsync(ctx, 1)
-	q.waitQueued(t, ctx, 1)
-	second := q.lockAsync(ctx, 2)
-	q.waitQueued(t, ctx, 2)
-	if err := holder.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	again := q.lockAsync(ctx, 0)
-	var order []int
-	for len(order) < 3 {
-		var r lockResult
-		select {
-		case r = <-first:
-		case r = <-second:
-		case r = <-again:
-		case <-ctx.Done():
-			t.Fatalf("granted so far: %v; the rest never were", order)
-		}
-		if r.err != nil {
-			t.Fatalf("client %d: %v", r.who, r.err)
-		}
-		order = append(order, r.who)
-		if err := r.l.Unlock(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if order[0] != 1 || order[1] != 2 || order[2] != 0 {
-		t.Fatalf("grant order %v, want [1 2 0] (queue order, the releaser last)", order)
-	}
+	redistest.QueueOrder(t, []*redis.Client{f.admin}, func(ctx context.Context) (driver.Driver, error) { return OpenURL(ctx, u) })
 }
 
 // TestTryLockBehindQueue: a free lock with a live waiter first in its queue

@@ -225,6 +225,23 @@ end
 return 0
 `
 
+// enqueueSrc queues a waiter at a score the caller chose, or renews its
+// entry's deadline (its place stays). Redlock waiters use one score (their
+// first attempt's time) on every node, so that all nodes order them alike
+// and grant to the same first waiter.
+//
+//	KEYS[1] queue, KEYS[2] queue deadlines
+//	ARGV[1] owner, ARGV[2] score, ARGV[3] entry lifetime ms
+var enqueueSrc = clock + `
+local t = now()
+local wait = tonumber(ARGV[3])
+redis.call('ZADD', KEYS[1], 'NX', ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], t + wait)
+redis.call('PEXPIRE', KEYS[1], wait)
+redis.call('PEXPIRE', KEYS[2], wait)
+return 1
+`
+
 // leaveSrc takes a waiter that gives up out of the queue.
 //
 //	KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines
@@ -319,6 +336,7 @@ var (
 	fenceScript   = redis.NewScript(fenceSrc)
 	dropScript    = redis.NewScript(dropSrc)
 	leaveScript   = redis.NewScript(leaveSrc)
+	enqueueScript = redis.NewScript(enqueueSrc)
 )
 
 // Millis converts d to whole milliseconds, rounding up, at least 1.
@@ -446,6 +464,13 @@ func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token 
 // deadline passes.
 func Leave(ctx context.Context, c redis.Scripter, k Keys, owner string) error {
 	return leaveScript.Run(ctx, c, k.releaseKeys(), owner, k.Channel).Err()
+}
+
+// Enqueue puts owner in k's waiter queue at score (its place: lower goes
+// first, ties by owner), or renews its entry for wait if it is queued
+// already (see enqueueSrc).
+func Enqueue(ctx context.Context, c redis.Scripter, k Keys, owner string, score int64, wait time.Duration) error {
+	return enqueueScript.Run(ctx, c, []string{k.queue(), k.waits()}, owner, score, Millis(wait)).Err()
 }
 
 // ErrForeignFence is returned by WriteFence when a key dlock did not write

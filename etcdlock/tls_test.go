@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -34,18 +33,18 @@ func TestTLSAndAuth(t *testing.T) {
 	addr := c.Members[0].Addr()
 	plain := shared.Members[0].Addr()
 	enableAuth(t, addr, ts, pw)
-	files := "server_name=" + testserver.TLSServerName + "&ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	files := "server_name=" + testserver.TLSServerName + "&" + ts.URLParams(ts.CAFile, true)
 	base := "etcd://root:" + pw + "@" + addr + "/tlstest/?dial_timeout=3s&"
 	tlstest.Run(t, []tlstest.Case{
 		{Name: "verified mTLS with password", URL: base + files},
 		{Name: "etcds scheme", URL: "etcds://root:" + pw + "@" + addr + "/tlstest/?" + files},
-		{Name: "address without server_name", URL: base + "ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate is valid for " + testserver.TLSServerName + ", not 127.0.0.1|doesn't contain any IP SANs", Secret: pw},
+		{Name: "address without server_name", URL: base + ts.URLParams(ts.CAFile, true), WantErr: "x509: certificate is valid for " + testserver.TLSServerName + ", not 127.0.0.1|doesn't contain any IP SANs", Secret: pw},
 		{Name: "wrong server_name", URL: base + files + "&server_name=other.example", WantErr: "x509: certificate is valid for", Secret: pw},
 		{Name: "wrong password", URL: "etcd://root:wrong-" + pw + "@" + addr + "/?dial_timeout=3s&" + files, WantErr: "authentication failed", Secret: "wrong-" + pw},
-		{Name: "wrong CA", URL: base + "server_name=" + testserver.TLSServerName + "&ca_file=" + url.QueryEscape(ts.OtherCAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
+		{Name: "wrong CA", URL: base + "server_name=" + testserver.TLSServerName + "&" + ts.URLParams(ts.OtherCAFile, true), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
 		{Name: "plaintext against TLS", URL: "etcd://root:" + pw + "@" + addr + "/?dial_timeout=2s", WantErr: "the server speaks TLS", Secret: pw},
-		{Name: "TLS asked of a plaintext server", URL: "etcd://" + plain + "/?dial_timeout=3s&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "TLS handshake: " + plain},
-		{Name: "no client certificate", URL: base + "server_name=" + testserver.TLSServerName + "&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "certificate required|bad certificate", Secret: pw},
+		{Name: "TLS asked of a plaintext server", URL: "etcd://" + plain + "/?dial_timeout=3s&" + ts.URLParams(ts.CAFile, false), WantErr: "TLS handshake: " + plain},
+		{Name: "no client certificate", URL: base + "server_name=" + testserver.TLSServerName + "&" + ts.URLParams(ts.CAFile, false), WantErr: "certificate required|bad certificate", Secret: pw},
 	})
 }
 

@@ -36,8 +36,7 @@ func TestTLSAndAuth(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	ca := "ca_file=" + url.QueryEscape(ts.CAFile)
-	cert := "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	ca := ts.URLParams(ts.CAFile, false)
 	at := func(user, pass string) string {
 		return "mysql://" + user + ":" + pass + "@" + srv.Addr() + "/dlock?"
 	}
@@ -49,11 +48,11 @@ func TestTLSAndAuth(t *testing.T) {
 	tlstest.Run(t, []tlstest.Case{
 		{Name: "verified TLS with password", URL: at("tlsuser", pw) + ca},
 		{Name: "tls=true and server_name", URL: at("tlsuser", pw) + "tls=true&" + ca + "&server_name=" + testserver.TLSServerName},
-		{Name: "mutual TLS", URL: at("certuser", pw) + ca + cert},
+		{Name: "mutual TLS", URL: at("certuser", pw) + ts.URLParams(ts.CAFile, true)},
 		{Name: "wrong password", URL: at("tlsuser", "wrong-"+pw) + ca, WantErr: "Access denied", Secret: "wrong-" + pw},
 		{Name: "no TLS for a user that requires it", URL: at("tlsuser", pw), WantErr: "Access denied", Secret: pw},
 		{Name: "missing client certificate", URL: at("certuser", pw) + ca, WantErr: "Access denied", Secret: pw},
-		{Name: "wrong CA", URL: at("tlsuser", pw) + "ca_file=" + url.QueryEscape(ts.OtherCAFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
+		{Name: "wrong CA", URL: at("tlsuser", pw) + ts.URLParams(ts.OtherCAFile, false), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
 		{Name: "wrong server_name", URL: at("tlsuser", pw) + ca + "&server_name=other.example", WantErr: "x509: certificate is valid for", Secret: pw},
 		{Name: "TLS asked of a plaintext server", URL: plain.String(), WantErr: "TLS requested but server does not support TLS"},
 		{Name: "tls=skip-verify with ca_file", URL: at("tlsuser", pw) + "tls=skip-verify&" + ca, WantErr: "contradicts"},

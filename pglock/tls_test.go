@@ -38,8 +38,7 @@ func TestTLSAndAuth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ca := "ca_file=" + url.QueryEscape(ts.CAFile)
-	cert := "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	ca := ts.URLParams(ts.CAFile, false)
 	at := func(user, pass string) string {
 		return "postgres://" + user + ":" + pass + "@" + srv.Addr() + "/dlock?connect_timeout=10&"
 	}
@@ -55,11 +54,11 @@ func TestTLSAndAuth(t *testing.T) {
 		{Name: "verified TLS with password", URL: at("pwuser", pw) + ca},
 		{Name: "pgx verify-full with sslrootcert", URL: at("pwuser", pw) + "sslmode=verify-full&sslrootcert=" + url.QueryEscape(ts.CAFile)},
 		{Name: "server_name", URL: at("pwuser", pw) + ca + "&server_name=" + testserver.TLSServerName},
-		{Name: "mutual TLS", URL: at("certuser", pw) + ca + cert},
+		{Name: "mutual TLS", URL: at("certuser", pw) + ts.URLParams(ts.CAFile, true)},
 		{Name: "wrong password", URL: at("pwuser", "wrong-"+pw) + ca, WantErr: "password authentication failed", Secret: "wrong-" + pw},
 		{Name: "plaintext for a user that requires TLS", URL: at("pwuser", pw) + "sslmode=disable", WantErr: "pg_hba.conf rejects connection", Secret: pw},
 		{Name: "missing client certificate", URL: at("certuser", pw) + ca, WantErr: "certificate", Secret: pw},
-		{Name: "wrong CA", URL: at("pwuser", pw) + "ca_file=" + url.QueryEscape(ts.OtherCAFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
+		{Name: "wrong CA", URL: at("pwuser", pw) + ts.URLParams(ts.OtherCAFile, false), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
 		{Name: "wrong server_name", URL: at("pwuser", pw) + ca + "&server_name=other.example", WantErr: "x509: certificate is valid for", Secret: pw},
 		{Name: "TLS asked of a plaintext server", URL: plain.String(), WantErr: "server refused TLS connection"},
 		// pgx's default, sslmode=prefer, does not verify even a CA it is

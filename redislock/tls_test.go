@@ -32,7 +32,7 @@ func TestTLSAndAuth(t *testing.T) {
 		{Name: "no password", URL: "rediss://" + srv.Addr() + "/0?" + files, WantErr: "NOAUTH"},
 		{Name: "wrong CA", URL: base + ts.URLParams(ts.OtherCAFile, true), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
 		{Name: "no client certificate", URL: base + ts.URLParams(ts.CAFile, false), WantErr: "certificate required|connection reset|EOF|broken pipe", Secret: pw},
-		{Name: "TLS asked of a plaintext server", URL: "redis://:" + pw + "@" + plain.Addr() + "/0?dial_timeout=1s&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "tls:|EOF|connection reset|deadline exceeded|i/o timeout", Secret: pw},
+		{Name: "TLS asked of a plaintext server", URL: "redis://:" + pw + "@" + plain.Addr() + "/0?dial_timeout=1s&" + ts.URLParams(ts.CAFile, false), WantErr: "tls:|EOF|connection reset|deadline exceeded|i/o timeout", Secret: pw},
 		{Name: "missing ca_file", URL: base + "ca_file=/nonexistent/ca.pem", WantErr: "ca_file: open /nonexistent/ca.pem"},
 		{Name: "cert_file without key_file", URL: base + "cert_file=" + url.QueryEscape(ts.ClientCertFile), WantErr: "cert_file and key_file must be given together"},
 	})

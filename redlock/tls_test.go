@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"net/url"
 	"strings"
 	"testing"
 
@@ -24,14 +23,14 @@ func TestTLSAndAuth(t *testing.T) {
 		hosts[i] = s.Addr()
 	}
 	nodes := strings.Join(hosts, ",")
-	files := "ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	files := ts.URLParams(ts.CAFile, true)
 	base := "redlock://:" + pw + "@" + nodes + "/0?"
 	tlstest.Run(t, []tlstest.Case{
 		{Name: "tls=true verified mTLS with password", URL: base + "tls=true&" + files},
 		{Name: "files alone imply TLS", URL: base + files + "&server_name=" + testserver.TLSServerName},
 		{Name: "wrong password", URL: "redlock://:wrong-" + pw + "@" + nodes + "/0?" + files, WantErr: "WRONGPASS", Secret: "wrong-" + pw},
-		{Name: "wrong CA", URL: base + "ca_file=" + url.QueryEscape(ts.OtherCAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
-		{Name: "no client certificate", URL: base + "ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "certificate required|connection reset|EOF|broken pipe", Secret: pw},
+		{Name: "wrong CA", URL: base + ts.URLParams(ts.OtherCAFile, true), WantErr: "x509: certificate signed by unknown authority", Secret: pw},
+		{Name: "no client certificate", URL: base + ts.URLParams(ts.CAFile, false), WantErr: "certificate required|connection reset|EOF|broken pipe", Secret: pw},
 		{Name: "plaintext against TLS", URL: base + "node_timeout=1s&dial_timeout=1s", WantErr: "only 0 of 3 nodes reachable", Secret: pw},
 		{Name: "tls=false with files", URL: base + "tls=false&" + files, WantErr: "tls=false contradicts"},
 	})

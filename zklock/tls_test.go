@@ -1,7 +1,6 @@
 package zklock
 
 import (
-	"net/url"
 	"strings"
 	"testing"
 
@@ -22,7 +21,7 @@ func TestTLSAndAuth(t *testing.T) {
 	c := testserver.ZooKeeperWith(t, 1, &testserver.ZooKeeperOptions{TLS: ts, ClientAuth: true})
 	addr := c.Members[0].Addr()
 	plain := strings.Join(shared.Endpoints(), ",")
-	files := "ca_file=" + url.QueryEscape(ts.CAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile)
+	files := ts.URLParams(ts.CAFile, true)
 	alice := "zk://alice:" + pw + "@" + addr + "/tlslocks?connect_timeout=5s&" + files
 	tlstest.Run(t, []tlstest.Case{
 		// The first open creates /tlslocks with alice's creator ACL.
@@ -30,10 +29,10 @@ func TestTLSAndAuth(t *testing.T) {
 		{Name: "zks scheme and server_name", URL: "zks://alice:" + pw + "@" + addr + "/tlslocks?" + files + "&server_name=" + testserver.TLSServerName},
 		{Name: "wrong password", URL: "zk://alice:wrong-" + pw + "@" + addr + "/tlslocks?" + files, WantErr: `user "alice" may not`, Secret: "wrong-" + pw},
 		{Name: "another user", URL: "zk://bob:" + pw + "@" + addr + "/tlslocks?" + files, WantErr: `user "bob" may not`, Secret: pw},
-		{Name: "wrong CA", URL: "zk://" + addr + "/?ca_file=" + url.QueryEscape(ts.OtherCAFile) + "&cert_file=" + url.QueryEscape(ts.ClientCertFile) + "&key_file=" + url.QueryEscape(ts.ClientKeyFile), WantErr: "x509: certificate signed by unknown authority"},
+		{Name: "wrong CA", URL: "zk://" + addr + "/?" + ts.URLParams(ts.OtherCAFile, true), WantErr: "x509: certificate signed by unknown authority"},
 		{Name: "wrong server_name", URL: "zk://" + addr + "/?" + files + "&server_name=other.example", WantErr: "x509: certificate is valid for"},
-		{Name: "no client certificate", URL: "zk://" + addr + "/?ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "bad certificate|certificate required|handshake failure|EOF|connection reset"},
+		{Name: "no client certificate", URL: "zk://" + addr + "/?" + ts.URLParams(ts.CAFile, false), WantErr: "bad certificate|certificate required|handshake failure|EOF|connection reset"},
 		{Name: "plaintext against TLS", URL: "zk://" + addr + "/?connect_timeout=2s", WantErr: "the server speaks TLS"},
-		{Name: "TLS asked of a plaintext server", URL: "zk://" + plain + "/?connect_timeout=3s&ca_file=" + url.QueryEscape(ts.CAFile), WantErr: "TLS handshake: "},
+		{Name: "TLS asked of a plaintext server", URL: "zk://" + plain + "/?connect_timeout=3s&" + ts.URLParams(ts.CAFile, false), WantErr: "TLS handshake: "},
 	})
 }

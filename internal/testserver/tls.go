@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -182,6 +183,17 @@ func makeCert(cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, 
 		return nil, nil, fmt.Errorf("testserver: tls: %w", err)
 	}
 	return cert, key, nil
+}
+
+// URLParams returns the TLS query parameters of a dlock URL that trust
+// caFile (CAFile or OtherCAFile) and, with withCert, present the client
+// certificate: "ca_file=…&cert_file=…&key_file=…", escaped.
+func (s *TLS) URLParams(caFile string, withCert bool) string {
+	q := "ca_file=" + url.QueryEscape(caFile)
+	if withCert {
+		q += "&cert_file=" + url.QueryEscape(s.ClientCertFile) + "&key_file=" + url.QueryEscape(s.ClientKeyFile)
+	}
+	return q
 }
 
 // ClientConfig returns a client configuration that trusts the set's CA and,

@@ -165,24 +165,29 @@ func TestURLFileBadInput(t *testing.T) {
 // the file routes: a backend's error that echoes the URL shows no password.
 func TestURLFileCredentialsNeverPrinted(t *testing.T) {
 	const secret = "hunter2-s3cret"
-	for _, content := range []string{
-		"test-leaky://alice:" + secret + "@db.example/x\n",
-		"test-leaky://db.example/x?password=" + secret + "\n",
-		"test-auth://:" + secret + "@x\n", // wrong password
-		"nosuch://alice:" + secret + "@db.example/x",
+	for _, tc := range []struct {
+		content string
+		code    int    // the error of the URL in the file
+		want    string // in the message
+	}{
+		{"test-leaky://alice:" + secret + "@db.example/x\n", exitUnavailable, "cannot log in to test-leaky://alice:xxxxx@db.example/x"},
+		{"test-leaky://db.example/x?password=" + secret + "\n", exitUnavailable, "password=xxxxx"},
+		{"test-auth://:" + secret + "@x\n", exitUnavailable, "authentication failed"}, // wrong password
+		{"nosuch://alice:" + secret + "@db.example/x", exitUsage, `unknown scheme "nosuch"`},
 	} {
-		path := writeURLFile(t, content, 0o600)
+		path := writeURLFile(t, tc.content, 0o600)
 		for _, te := range []*testEnv{newTestEnv(nil), newTestEnv(map[string]string{"DLOCK_URL_FILE": path})} {
 			args := []string{"status"}
 			if te.vars["DLOCK_URL_FILE"] == "" {
 				args = append(args, "--url-file", path)
 			}
 			code := te.run(args...)
-			if code == 0 {
-				t.Errorf("%q: exit 0, want an error", content)
+			out := te.stdout.String() + te.stderr.String()
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Errorf("%q %v: exit %d, output %q; want %d and %q", tc.content, args, code, out, tc.code, tc.want)
 			}
-			if out := te.stdout.String() + te.stderr.String(); strings.Contains(out, "s3cret") || !strings.HasPrefix(out, "dlock: ") {
-				t.Errorf("%q %v: output %q shows the password (or is not a dlock: message)", content, args, out)
+			if strings.Contains(out, "s3cret") || !strings.HasPrefix(out, "dlock: ") {
+				t.Errorf("%q %v: output %q shows the password (or is not a dlock: message)", tc.content, args, out)
 			}
 		}
 	}

@@ -36,3 +36,39 @@ func connectError(ctx context.Context, cfg clientv3.Config, u *url.URL, err erro
 	}
 	return fmt.Errorf("etcdlock: connect to %s: %w", strings.Join(cfg.Endpoints, ","), openurl.RedactError(err, u))
 }
+
+// parseEndpoints reads the endpoints parameter, a comma-separated list as
+// etcdctl's --endpoints takes it (https://h:2379, http://h:2379 or h:2379),
+// into host:port endpoints, reporting whether they ask for TLS (https). A
+// list that mixes https with plaintext is refused: it would send the
+// credentials in the clear to some members.
+func parseEndpoints(list string) (eps []string, https bool, err error) {
+	var plain bool
+	for _, e := range strings.Split(list, ",") {
+		host := e
+		if scheme, rest, ok := strings.Cut(e, "://"); ok {
+			switch scheme {
+			case "https":
+				https = true
+			case "http":
+				plain = true
+			default:
+				return nil, false, openurl.BadURL("etcdlock: url parameter endpoints: %q: want http:// or https://", e)
+			}
+			host = strings.TrimSuffix(rest, "/")
+		} else {
+			plain = true
+		}
+		if host == "" || strings.ContainsAny(host, "/?#@") {
+			return nil, false, openurl.BadURL("etcdlock: url parameter endpoints: %q is not an endpoint (want https://host:2379)", e)
+		}
+		if !strings.Contains(host, ":") {
+			host += ":2379"
+		}
+		eps = append(eps, host)
+	}
+	if https && plain {
+		return nil, false, openurl.BadURL("etcdlock: url parameter endpoints mixes https:// with plaintext endpoints")
+	}
+	return eps, https, nil
+}

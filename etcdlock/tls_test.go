@@ -2,6 +2,8 @@ package etcdlock
 
 import (
 	"context"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,6 +39,7 @@ func TestTLSAndAuth(t *testing.T) {
 	base := "etcd://root:" + pw + "@" + addr + "/tlstest/?dial_timeout=3s&"
 	tlstest.Run(t, []tlstest.Case{
 		{Name: "verified mTLS with password", URL: base + files},
+		{Name: "etcdctl-style https endpoints", URL: "etcd://root:" + pw + "@/tlstest/?endpoints=https://" + addr + "&" + files},
 		{Name: "etcds scheme", URL: "etcds://root:" + pw + "@" + addr + "/tlstest/?" + files},
 		{Name: "address without server_name", URL: base + ts.URLParams(ts.CAFile, true), WantErr: "x509: certificate is valid for " + testserver.TLSServerName + ", not 127.0.0.1|doesn't contain any IP SANs", Secret: pw},
 		{Name: "wrong server_name", URL: base + files + "&server_name=other.example", WantErr: "x509: certificate is valid for", Secret: pw},
@@ -72,5 +75,34 @@ func enableAuth(t *testing.T, addr string, ts *testserver.TLS, pw string) {
 	}
 	if _, err := cli.AuthEnable(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestEndpointsParam(t *testing.T) {
+	for _, c := range []struct {
+		raw, want, err string
+		tls            bool
+	}{
+		{raw: "etcd:///p/?endpoints=https://a:1,https://b", want: "a:1,b:2379", tls: true},
+		{raw: "etcd:///?endpoints=http://a:1,c:3", want: "a:1,c:3"},
+		{raw: "etcd:///?endpoints=https://a:1,http://b:2", err: "mixes https"},
+		{raw: "etcd:///?endpoints=ftp://a:1", err: "want http:// or https://"},
+		{raw: "etcd:///?endpoints=https://a:1/x", err: "is not an endpoint"},
+		{raw: "etcd://h:1/?endpoints=https://a:1", err: "both"},
+	} {
+		u, err := url.Parse(c.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := parseURL(u)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: err %v, want %q", c.raw, err, c.err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(cfg.Endpoints, ",") != c.want || (cfg.TLS != nil) != c.tls {
+			t.Errorf("%s: endpoints %v tls %v err %v", c.raw, cfg.Endpoints, cfg.TLS != nil, err)
+		}
 	}
 }

@@ -42,6 +42,10 @@ func init() {
 // etcd://h//locks/ for the prefix "/locks/"). User and password, when given,
 // authenticate with etcd's user/role auth. Parameters:
 //
+//	endpoints     the endpoints as etcdctl's --endpoints takes them, instead
+//	              of hosts before the path: etcd:///prefix?endpoints=
+//	              https://h1:2379,https://h2:2379 (https:// asks for TLS;
+//	              http:// and https:// cannot be mixed)
 //	session_ttl   Options.SessionTTL (a Go duration, e.g. 15s); deprecated:
 //	              a lock's etcd lease has the lock's TTL, which dlock.Open
 //	              takes from the ttl parameter (and MutexOptions.TTL)
@@ -94,24 +98,37 @@ func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 	if u.Scheme != Scheme && u.Scheme != SchemeTLS {
 		return cfg, nil, openurl.BadURL("etcdlock: URL scheme is %q, want %q or %q", u.Scheme, Scheme, SchemeTLS)
 	}
-	if u.Host == "" {
-		return cfg, nil, openurl.BadURL("etcdlock: url has no hosts (want etcd://host:2379[,host:2379…][/prefix])")
-	}
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" {
-			return cfg, nil, openurl.BadURL("etcdlock: url has an empty host in its host list")
+	q := u.Query()
+	var httpsEndpoints bool
+	if vs, ok := q["endpoints"]; ok {
+		q.Del("endpoints")
+		if u.Host != "" {
+			return cfg, nil, openurl.BadURL("etcdlock: url names hosts both before the path and in endpoints; give one")
 		}
-		if !strings.Contains(h, ":") {
-			h += ":2379"
+		var err error
+		cfg.Endpoints, httpsEndpoints, err = parseEndpoints(vs[len(vs)-1])
+		if err != nil {
+			return cfg, nil, err
 		}
-		cfg.Endpoints = append(cfg.Endpoints, h)
+	} else {
+		if u.Host == "" {
+			return cfg, nil, openurl.BadURL("etcdlock: url has no hosts (want etcd://host:2379[,host:2379…][/prefix])")
+		}
+		for _, h := range strings.Split(u.Host, ",") {
+			if h == "" {
+				return cfg, nil, openurl.BadURL("etcdlock: url has an empty host in its host list")
+			}
+			if !strings.Contains(h, ":") {
+				h += ":2379"
+			}
+			cfg.Endpoints = append(cfg.Endpoints, h)
+		}
 	}
 	opts.Prefix = strings.TrimPrefix(u.Path, "/")
 	if u.User != nil {
 		cfg.Username = u.User.Username()
 		cfg.Password, _ = u.User.Password()
 	}
-	q := u.Query()
 	tp, useTLS, err := openurl.TakeTLSOn(q)
 	if err != nil {
 		return cfg, nil, openurl.BadURL("etcdlock: %w", err)
@@ -131,13 +148,13 @@ func parseURL(u *url.URL) (clientv3.Config, *Options, error) {
 				err = errors.New("must be positive")
 			}
 		default:
-			return cfg, nil, openurl.BadURL("etcdlock: unknown url parameter %q (known: session_ttl, dial_timeout, tls, ca_file, cert_file, key_file, server_name)", k)
+			return cfg, nil, openurl.BadURL("etcdlock: unknown url parameter %q (known: session_ttl, dial_timeout, endpoints, tls, ca_file, cert_file, key_file, server_name)", k)
 		}
 		if err != nil {
 			return cfg, nil, openurl.BadURL("etcdlock: url parameter %s=%q: %v", k, v, err)
 		}
 	}
-	if useTLS || u.Scheme == SchemeTLS {
+	if useTLS || u.Scheme == SchemeTLS || httpsEndpoints {
 		tc, err := tp.Config()
 		if err != nil {
 			return cfg, nil, openurl.BadURL("etcdlock: %w", err)

@@ -39,7 +39,8 @@ func tlsInfo(raw string, getenv func(string) string) (state, why string) {
 		}
 		return tlsVerified, ""
 	case "etcd", "etcds", "zk", "zks":
-		if strings.HasSuffix(u.Scheme, "s") || on {
+		// etcd's endpoints=https://h1:2379,… asks for TLS as etcdctl's does.
+		if strings.HasSuffix(u.Scheme, "s") || on || strings.Contains(q.Get("endpoints"), "https://") {
 			return tlsVerified, ""
 		}
 		return tlsNone, u.Scheme + ":// without tls=true or ca_file"
@@ -120,7 +121,14 @@ func onLoopback(raw string) bool {
 	if err != nil {
 		return false
 	}
-	for _, hp := range strings.Split(u.Host, ",") {
+	hosts := u.Host
+	if eps := u.Query().Get("endpoints"); eps != "" {
+		hosts = eps // etcd's endpoints=http://h1:2379,…
+	}
+	for _, hp := range strings.Split(hosts, ",") {
+		if _, rest, ok := strings.Cut(hp, "://"); ok {
+			hp = rest
+		}
 		h := hp
 		if host, _, err := net.SplitHostPort(hp); err == nil {
 			h = host

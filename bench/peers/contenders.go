@@ -53,12 +53,10 @@ type contender struct {
 }
 
 // client is one connected contender. once is an uncontended take-and-free of
-// name; lock (nil for floors) waits for name; hold (nil where holding many
-// locks on one client is not possible) takes the i-th of many locks.
+// name; lock (nil for floors) waits for name.
 type client struct {
 	once  func(ctx context.Context, name string) error
 	lock  func(name string) locktest.LockFunc
-	hold  locktest.HoldFunc
 	close func()
 }
 
@@ -73,15 +71,8 @@ func lockOnce(lock func(name string) locktest.LockFunc) func(ctx context.Context
 	}
 }
 
-// holdWith takes lock "held-i" with lock.
-func holdWith(lock func(name string) locktest.LockFunc) locktest.HoldFunc {
-	return func(ctx context.Context, i int) (func(context.Context) error, error) {
-		return lock(fmt.Sprintf("held-%d", i))(ctx)
-	}
-}
-
 func newClient(lock func(name string) locktest.LockFunc, close func()) *client {
-	return &client{once: lockOnce(lock), lock: lock, hold: holdWith(lock), close: close}
+	return &client{once: lockOnce(lock), lock: lock, close: close}
 }
 
 // floorContender is the raw floor of rawURL (bench/floor).

@@ -246,7 +246,7 @@ func wake(ctx context.Context, cfg *config, b backend, res *result) {
 // by level, timing the taking and the heap it adds, and at each level times
 // one Lock+Unlock of an unrelated name on every client, interleaved.
 func manyHeld(ctx context.Context, cfg *config, b backend, res *result) {
-	cls := openAll(ctx, cfg, b, res, "many held", func(cl *client) bool { return cl.hold != nil })
+	cls := openAll(ctx, cfg, b, res, "many held", func(cl *client) bool { return cl.lock != nil })
 	// Closing a client frees what it holds (dlock releases, sessions and
 	// connections end); the peers' Redis keys are left to expire.
 	defer closeAll(cls)
@@ -266,7 +266,9 @@ func manyHeld(ctx context.Context, cfg *config, b backend, res *result) {
 			for j := len(releases[i]); j < level; j++ {
 				var rel func(context.Context) error
 				err := cfg.bounded(ctx, func(ctx context.Context) (err error) {
-					rel, err = cl.hold(ctx, j)
+					// Names differ per contender: some share the server's
+					// lock namespace (GET_LOCK, advisory locks).
+					rel, err = cl.lock(cfg.name("held", i, j))(ctx)
 					return err
 				})
 				if err != nil {

@@ -158,7 +158,7 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 		locker = d.sess
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
-	d.watches = sqlcommon.NewWatches(st.openWaiter)
+	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)
 	if l, ok := locker.(*leases); ok {
 		l.watches = d.watches
 	}

@@ -44,7 +44,10 @@ const signalWaitSeconds = "30"
 // lease released within signalDelay, a holder that crashed), and never
 // otherwise. Within one driver the longest-waiting subscriber of a name is
 // woken first. The driver's waiters for one name share one pooled
-// connection, which waits in GET_LOCK.
+// connection, which waits in GET_LOCK; at most a quarter of the pool's
+// connection limit is used this way (a waiter for a name beyond it polls),
+// and a lease-mode driver whose pool allows fewer than 4 connections keeps
+// no signals (its waiters are woken on the backoff).
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	if err := d.base.Check(); err != nil {
 		return nil, err
@@ -54,6 +57,17 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 		return nil, fmt.Errorf("mysqllock: subscribe: %w", err)
 	}
 	return sub, nil
+}
+
+// watchLimit bounds the names a driver watches at once, each on a pooled
+// connection, to a quarter of the pool's limit (none when the pool has no
+// limit), so that waiters never take the connections their own attempts
+// need; a waiter beyond it polls.
+func (s *store) watchLimit() int {
+	if n := s.db.Stats().MaxOpenConnections; n > 0 {
+		return max(n/4, 1)
+	}
+	return 0
 }
 
 // signalWaiter waits for one name's signal on a pooled connection.
@@ -145,6 +159,9 @@ func (ls *leaseSignals) poke() {
 // when the lock is contended (this driver has waiters for it, or was
 // refused it lately), otherwise after signalDelay.
 func (ls *leaseSignals) grant(name, owner string, contended bool) {
+	if n := ls.st.db.Stats().MaxOpenConnections; n > 0 && n < minSignalPool {
+		return // the pool is too small to spare a connection
+	}
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if ls.closed {
@@ -257,6 +274,10 @@ func awaitSignal(ctx context.Context, gone <-chan struct{}) {
 	case <-ctx.Done():
 	}
 }
+
+// minSignalPool is the smallest pool limit for which a lease-mode driver
+// keeps one of the connections for its wake-up signals.
+const minSignalPool = 4
 
 // signalBatch bounds the signals taken or given up in one statement.
 const signalBatch = 200

@@ -83,3 +83,50 @@ func TestLeaseSignal(t *testing.T) {
 		t.Fatal("the signal is still kept after the second release returned")
 	}
 }
+
+// TestSignalsSparePool: waiters never take the connections their own
+// attempts need. With a pool of 4, one name may be watched at a time (a
+// second Subscribe fails, and its Lock polls); with a pool of 2 a
+// lease-mode driver keeps no signals at all.
+func TestSignalsSparePool(t *testing.T) {
+	ctx := context.Background()
+	db, err := openAdmin(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(4)
+	d, err := New(db, &Options{Table: "dlock_test_lease"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a, err := d.Subscribe(ctx, randomName("spare"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if b, err := d.Subscribe(ctx, randomName("spare")); err == nil {
+		_ = b.Close()
+		t.Fatal("a second name watched on a pool of 4")
+	}
+
+	db.SetMaxOpenConns(2)
+	name := randomName("spare")
+	sig := d.leaseSig
+	// Refused once, so the next grant counts as contended.
+	sig.refused(name)
+	g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig.mu.Lock()
+	n := len(sig.names)
+	sig.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d signals kept with a pool of 2", n)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o", Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -72,7 +72,7 @@ func newSignal(dbFile string) *signal {
 			return nil, err
 		}
 		return waiter{f, offset(name)}, nil
-	})
+	}, nil)
 	if f, err := openLocker(s.path, true, perm); err == nil {
 		s.hold = f
 	} else if f, err := openLocker(s.path, false, 0); err == nil {

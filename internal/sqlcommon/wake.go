@@ -3,6 +3,7 @@ package sqlcommon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -48,7 +49,8 @@ type Waiter interface {
 // longest-waiting subscriber first. All methods are safe for concurrent
 // use. The zero value is not usable; use NewWatches.
 type Watches struct {
-	open func(ctx context.Context, name string) (Waiter, error)
+	open  func(ctx context.Context, name string) (Waiter, error)
+	limit func() int // most names watched at once; 0 for no limit
 
 	ctx    context.Context // ends with Close
 	cancel context.CancelFunc
@@ -59,33 +61,68 @@ type Watches struct {
 	wg      sync.WaitGroup
 }
 
-// NewWatches returns a Watches whose Waiters open makes.
-func NewWatches(open func(ctx context.Context, name string) (Waiter, error)) *Watches {
+// NewWatches returns a Watches whose Waiters open makes. limit, if not
+// nil, bounds the names watched at once (a Waiter may hold a pooled
+// connection for as long as its name is watched); beyond it, and for a
+// result of 0 without bound, Subscribe fails and the caller polls.
+func NewWatches(open func(ctx context.Context, name string) (Waiter, error), limit func() int) *Watches {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Watches{open: open, ctx: ctx, cancel: cancel, watches: map[string]*watch{}}
+	if limit == nil {
+		limit = func() int { return 0 }
+	}
+	return &Watches{open: open, limit: limit, ctx: ctx, cancel: cancel, watches: map[string]*watch{}}
 }
 
-// Subscribe implements driver.Notifier.
+// errClosed is Subscribe's error after Close.
+var errClosed = errors.New("driver is closed")
+
+// Subscribe implements driver.Notifier. A name's Waiter is opened outside
+// the lock, so a slow open delays no other name's wake-ups.
 func (ws *Watches) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	ws.mu.Lock()
+	if sub, ok, err := ws.join(name); ok || err != nil {
+		ws.mu.Unlock()
+		return sub, err
+	}
+	if n := ws.limit(); n > 0 && len(ws.watches) >= n {
+		ws.mu.Unlock()
+		return nil, fmt.Errorf("%d lock names watched already, the most for this pool", n)
+	}
+	ws.mu.Unlock()
+	wt, err := ws.open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	ws.mu.Lock()
 	defer ws.mu.Unlock()
+	if sub, ok, err := ws.join(name); ok || err != nil {
+		wt.Close() // another subscriber opened one meanwhile, or closed
+		return sub, err
+	}
+	w := &watch{ws: ws, name: name, w: wt, idle: make(chan struct{}, 1)}
+	ws.watches[name] = w
+	ws.wg.Add(1)
+	go w.run()
+	return w.add(), nil
+}
+
+// join adds a subscriber to name's watch if there is one (ok); ws.mu is
+// held.
+func (ws *Watches) join(name string) (driver.Subscription, bool, error) {
 	if ws.closed {
-		return nil, errors.New("driver is closed")
+		return nil, false, errClosed
 	}
-	w := ws.watches[name]
-	if w == nil {
-		wt, err := ws.open(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		w = &watch{ws: ws, name: name, w: wt, idle: make(chan struct{}, 1)}
-		ws.watches[name] = w
-		ws.wg.Add(1)
-		go w.run()
+	if w := ws.watches[name]; w != nil {
+		return w.add(), true, nil
 	}
+	return nil, false, nil
+}
+
+// add adds a subscriber; ws.mu is held.
+func (w *watch) add() driver.Subscription {
 	sub := &subscription{w: w, c: make(chan struct{}, 1)}
 	w.subs = append(w.subs, sub)
-	return sub, nil
+	return sub
 }
 
 // Watching reports whether name has a watch (subscribers now, or a wait

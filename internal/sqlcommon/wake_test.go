@@ -34,7 +34,7 @@ func TestWatchesWakeLongestWaiter(t *testing.T) {
 	ws := NewWatches(func(context.Context, string) (Waiter, error) {
 		opened++
 		return w, nil
-	})
+	}, nil)
 	var subs []interface {
 		C() <-chan struct{}
 		Close() error

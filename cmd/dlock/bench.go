@@ -21,8 +21,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-var benchLong = `Bench measures dlock against one backend (--url, $DLOCK_URL, or the default
-SQLite file) with the measurements of the locktest package:
+var benchLong = `Bench measures dlock against one backend (--url or --url-file, else $DLOCK_URL
+or $DLOCK_URL_FILE, else the default SQLite file) with the measurements of
+the locktest package:
 
   uncontended   Lock+Unlock of a free lock, interleaved with the backend's
                 raw floor (its bare primitives on one connection, e.g. SET NX
@@ -32,7 +33,9 @@ SQLite file) with the measurements of the locktest package:
                 often the previous holder took the lock again
   wake-up       release → grant of one blocked waiter on another client
   many held     Lock+Unlock with 0 and with --held leases held by the client,
-                the time to take them and the heap per lease
+                the time to take them and the heap per lease (a mode that
+                pins a connection per lock stops at its pool's size, noted
+                under the table)
 
 The run takes about --duration (default 20s; the many-held scenario adds the
 time it takes to acquire the leases), with a progress line on stderr. The

@@ -35,8 +35,9 @@ import (
 const signalDelay = 2 * time.Millisecond
 
 // signalWaitSeconds bounds one blocking wait for a signal; the wait is then
-// simply made again.
-const signalWaitSeconds = "30"
+// simply made again (short enough to stay under common read timeouts of
+// drivers and proxies).
+const signalWaitSeconds = "5"
 
 // Subscribe implements driver.Notifier: the subscription is woken when the
 // holder of name gives up its signal (it released, or its session ended),

@@ -372,22 +372,12 @@ func backends(urls serverURLs) ([]backend, error) {
 		}})
 	}
 	if urls.postgres != "" {
-		out = append(out, backend{"PostgreSQL", []contender{
-			floorContender("floor: pg_try_advisory_lock + unlock", withQuery(urls.postgres, "mode", "advisory")),
-			floorContender("floor: lease-row upsert + update", withQuery(urls.postgres, "mode", "lease")),
-			dlockContender("dlock lease", withQuery(urls.postgres, "mode", "lease")),
-			dlockContender("dlock advisory", withQuery(urls.postgres, "mode", "advisory")),
-			pgAdvisoryContender("pg_advisory_lock (hand-written)", urls.postgres),
-		}})
+		out = append(out, sqlBackend("PostgreSQL", urls.postgres, "advisory", "pg_try_advisory_lock + unlock",
+			pgAdvisoryContender("pg_advisory_lock (hand-written)", urls.postgres)))
 	}
 	if urls.mysql != "" {
-		out = append(out, backend{"MySQL (MariaDB)", []contender{
-			floorContender("floor: GET_LOCK(n, 0) + RELEASE_LOCK", withQuery(urls.mysql, "mode", "getlock")),
-			floorContender("floor: lease-row upsert + update", withQuery(urls.mysql, "mode", "lease")),
-			dlockContender("dlock lease", withQuery(urls.mysql, "mode", "lease")),
-			dlockContender("dlock getlock", withQuery(urls.mysql, "mode", "getlock")),
-			getLockContender("GET_LOCK (hand-written)", urls.mysql),
-		}})
+		out = append(out, sqlBackend("MySQL (MariaDB)", urls.mysql, "getlock", "GET_LOCK(n, 0) + RELEASE_LOCK",
+			getLockContender("GET_LOCK (hand-written)", urls.mysql)))
 	}
 	if urls.sqlite != "" {
 		out = append(out, backend{"SQLite", []contender{
@@ -396,4 +386,16 @@ func backends(urls serverURLs) ([]backend, error) {
 		}})
 	}
 	return out, nil
+}
+
+// sqlBackend is PostgreSQL or MySQL: the floors of the session mode and of
+// the lease mode, dlock in both modes, and the hand-written peer.
+func sqlBackend(name, raw, sessionMode, sessionFloor string, peer contender) backend {
+	return backend{name, []contender{
+		floorContender("floor: "+sessionFloor, withQuery(raw, "mode", sessionMode)),
+		floorContender("floor: lease-row upsert + update", withQuery(raw, "mode", "lease")),
+		dlockContender("dlock lease", withQuery(raw, "mode", "lease")),
+		dlockContender("dlock "+sessionMode, withQuery(raw, "mode", sessionMode)),
+		peer,
+	}}
 }

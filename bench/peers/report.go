@@ -160,7 +160,7 @@ func oneLine(s string) string {
 func summary(results []*result) string {
 	var b strings.Builder
 	b.WriteString("| backend | raw floor | dlock | best peer | dlock ÷ best peer | wake p50: dlock / best peer | held " +
-		"N ÷ 0: dlock / best peer | B/lease: dlock / best peer |\n|---|---|---|---|---|---|---|---|\n")
+		"N ÷ 0: dlock / best peer | B/lease: dlock / best peer | acquire µs/lease: dlock / best peer |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, res := range results {
 		var dl []string
 		var best *row
@@ -169,7 +169,7 @@ func summary(results []*result) string {
 				best = r
 			}
 		}
-		var ratios, wakes, held, bytes []string
+		var ratios, wakes, held, bytes, acq []string
 		peerWake := res.bestPeer(func(r *row) time.Duration { return r.wake.P50 })
 		for _, r := range res.rows {
 			if r.kind != kindDlock {
@@ -188,6 +188,7 @@ func summary(results []*result) string {
 			if r.heldDone && len(r.held) > 1 {
 				held = append(held, pre+ratio(r.held[len(r.held)-1].Op.P50, r.held[0].Op.P50))
 				bytes = append(bytes, fmt.Sprintf("%s%.0f", pre, r.bytesPerLease))
+				acq = append(acq, pre+us(r.acquirePer))
 			}
 		}
 		peer, peerHeld, peerBytes := "–", "–", "–"
@@ -196,6 +197,7 @@ func summary(results []*result) string {
 		}
 		// The peers' many-held figures: the lowest of each.
 		var ph, pb float64
+		var pa time.Duration
 		for _, r := range res.rows {
 			if r.kind != kindPeer || !r.heldDone || len(r.held) < 2 || r.held[0].Op.P50 <= 0 {
 				continue
@@ -207,14 +209,18 @@ func summary(results []*result) string {
 			if pb == 0 || r.bytesPerLease < pb {
 				pb = r.bytesPerLease
 			}
+			if pa == 0 || r.acquirePer < pa {
+				pa = r.acquirePer
+			}
 		}
 		if ph > 0 {
 			peerHeld = fmt.Sprintf("%.2f×", ph)
 			peerBytes = fmt.Sprintf("%.0f", pb)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s |\n", res.backend, us(res.floorOf()),
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s / %s | %s / %s | %s / %s | %s / %s |\n", res.backend, us(res.floorOf()),
 			strings.Join(dl, ", "), peer, orDash(strings.Join(ratios, ", ")), strings.Join(wakes, ", "), us(peerWake),
-			orDash(strings.Join(held, ", ")), peerHeld, orDash(strings.Join(bytes, ", ")), peerBytes)
+			orDash(strings.Join(held, ", ")), peerHeld, orDash(strings.Join(bytes, ", ")), peerBytes,
+			orDash(strings.Join(acq, ", ")), us(pa))
 	}
 	return b.String()
 }

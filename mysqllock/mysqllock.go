@@ -170,6 +170,11 @@ func (d *Driver) Mode() Mode { return d.mode }
 
 // createSchema creates the lock table(s); sqlcommon.Base runs it once.
 func (d *Driver) createSchema(ctx context.Context) error {
+	// The first contact with the server: a failure to connect (refused,
+	// TLS, credentials) is reported as such, not as the statement's.
+	if err := d.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("mysqllock: cannot reach the server: %w", err)
+	}
 	stmts := []string{d.q.createTable}
 	if d.mode == ModeRowLock {
 		stmts = append(stmts, d.q.createRowTable)

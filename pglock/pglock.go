@@ -163,6 +163,11 @@ func (d *Driver) Mode() Mode { return d.mode }
 
 // createSchema creates the lock table(s); sqlcommon.Base runs it once.
 func (d *Driver) createSchema(ctx context.Context) error {
+	// The first contact with the server: a failure to connect (refused,
+	// TLS, credentials) is reported as such, not as the statement's.
+	if err := d.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pglock: cannot reach the server: %w", err)
+	}
 	var ver int
 	if err := d.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&ver); err != nil {
 		return fmt.Errorf("pglock: reading server version: %w", err)

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,23 +43,38 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 const dedupeWindow = time.Second
 
 // dedupe lets one release, published on every node, wake the driver's
-// waiters once: it passes the first message per channel and token.
+// waiters once: it passes the first message per channel and token. A
+// message naming the first queued waiter ("token\nowner") passes from its
+// quorum-th copy on instead: by then a quorum of nodes is free, so the
+// waiter's attempt does not race the release on the others.
 type dedupe struct {
-	mu   sync.Mutex
-	last map[string]seenMsg
+	mu     sync.Mutex
+	last   map[string]seenMsg
+	quorum int // copies of a message naming a waiter that wake it (0: 1)
 }
 
 type seenMsg struct {
 	payload string
 	at      time.Time
+	copies  int
 }
 
 func (dd *dedupe) first(channel, payload string) bool {
 	now := time.Now()
 	dd.mu.Lock()
 	defer dd.mu.Unlock()
+	targeted := strings.IndexByte(payload, '\n') >= 0
+	if targeted {
+		// Copies of other messages on the channel may come in between.
+		channel += "\x00" + payload
+	}
 	if s, ok := dd.last[channel]; ok && s.payload == payload && now.Sub(s.at) < dedupeWindow {
-		return false
+		if !targeted {
+			return false
+		}
+		s.copies++
+		dd.last[channel] = s
+		return s.copies >= dd.quorum
 	}
 	if dd.last == nil {
 		dd.last = map[string]seenMsg{}
@@ -70,6 +86,6 @@ func (dd *dedupe) first(channel, payload string) bool {
 			}
 		}
 	}
-	dd.last[channel] = seenMsg{payload: payload, at: now}
-	return true
+	dd.last[channel] = seenMsg{payload: payload, at: now, copies: 1}
+	return !targeted || dd.quorum <= 1
 }

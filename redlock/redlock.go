@@ -55,6 +55,15 @@
 // Run the nodes with appendonly yes and appendfsync always, or restart a
 // crashed node only after the longest TTL in use has passed and with its
 // old data; see docs/backends.md.
+//
+// # Waiting
+//
+// A waiting Lock (Driver.Acquire) queues on every node at one score, its
+// first refusal's time by its own clock, so all nodes order the waiters
+// alike and a free node grants only to the first live waiter: waiters do
+// not split the nodes between them, and a holder asking again goes behind
+// them. A release wakes that waiter only, once a quorum of nodes have
+// published it. The queue keys are redislock's.
 package redlock
 
 import (
@@ -141,6 +150,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 		return nil, openurl.Invalid("clients", "redlock: no clients")
 	}
 	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix}
+	d.seen.quorum = d.quorum
 	if o != nil {
 		if o.KeyPrefix != "" {
 			d.prefix = o.KeyPrefix

@@ -29,15 +29,12 @@ func newQueueFixture(t *testing.T) *queueFixture {
 	t.Helper()
 	f := newFixture(t)
 	q := &queueFixture{admin: f.admin, name: "queued", k: redisscript.KeysFor(DefaultKeyPrefix, "queued")}
+	u, err := url.Parse(f.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
-		opt, err := redis.ParseURL(f.srv.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		opt.ContextTimeoutEnabled = true
-		rc := redis.NewClient(opt)
-		t.Cleanup(func() { _ = rc.Close() })
-		d, err := New(rc, nil)
+		d, err := OpenURL(context.Background(), u)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -430,7 +430,7 @@ func TestInspect(t *testing.T) {
 			}
 			continue
 		}
-		if in.Owner != "o-"+in.Name || in.Count != 1 || in.Token == 0 || in.ExpiresIn <= 0 || in.Waiters != -1 {
+		if in.Owner != "o-"+in.Name || in.Count != 1 || in.Token == 0 || in.ExpiresIn <= 0 || in.Waiters != 0 {
 			t.Errorf("held lock: %+v", in)
 		}
 	}

@@ -135,8 +135,9 @@ func TestDeadWaiterExpires(t *testing.T) {
 	_ = r.l.Unlock(ctx)
 }
 
-// TestWaiterLeavesQueue: a Lock whose context ends leaves the queue, so
-// the lock is free for anyone at once after the holder's Unlock.
+// TestWaiterLeavesQueue: Inspect counts a queued waiter; a Lock whose
+// context ends leaves the queue, so the lock is free for anyone at once
+// after the holder's Unlock.
 func TestWaiterLeavesQueue(t *testing.T) {
 	q := newQueueFixture(t)
 	ctx := ctxT(t)
@@ -147,6 +148,10 @@ func TestWaiterLeavesQueue(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	res := q.lockAsync(wctx, 1)
 	q.waitQueued(t, ctx, 1)
+	infos, err := q.cs[2].Inspect(ctx, q.name)
+	if err != nil || len(infos) != 1 || infos[0].Waiters != 1 {
+		t.Fatalf("Inspect with one waiter queued: %+v, %v; want Waiters 1", infos, err)
+	}
 	cancel()
 	if r := <-res; !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled Lock: %v, want context.Canceled", r.err)

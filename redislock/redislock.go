@@ -360,7 +360,8 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 // Inspect lists the locks whose names start with prefix, free ones that
 // were once taken included (they keep their fencing counter). ExpiresIn is
 // the time until the lock frees itself if nobody renews or releases it,
-// lock-delay included. Waiters is -1 (unknown). A name held by a key dlock
+// lock-delay included. Waiters is the length of the lock's waiter queue
+// (see Acquire). A name held by a key dlock
 // did not write is shown with Owner "?" (redisscript.ForeignOwner), Token 0,
 // Count 1 and ExpiresIn that key's PTTL, negative when it has none. It SCANs
 // the key space (on every primary of a cluster), so it is meant for status
@@ -376,7 +377,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	out := make([]driver.LockInfo, len(nodes))
 	for i, n := range nodes {
-		out[i] = driver.LockInfo{Name: n.Name, Owner: n.Owner, Token: n.Fence, Count: n.Count, ExpiresIn: n.PTTL, Waiters: -1}
+		out[i] = driver.LockInfo{Name: n.Name, Owner: n.Owner, Token: n.Fence, Count: n.Count, ExpiresIn: n.PTTL, Waiters: n.Waiters}
 		if n.Foreign {
 			out[i].Owner = redisscript.ForeignOwner
 		}

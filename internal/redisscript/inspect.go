@@ -31,6 +31,10 @@ type NodeLock struct {
 	// counter of a name whose lock key is free: the name is held by an
 	// unknown owner, and Count is 1.
 	Foreign bool
+	// Waiters is the number of entries in the lock's waiter queue (an
+	// entry whose waiter vanished counts until it is dropped, at most a
+	// few seconds later).
+	Waiters int
 }
 
 // Inspect lists the locks under keyPrefix on the server(s) behind c whose
@@ -78,6 +82,7 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 	type q struct {
 		v, fence       *redis.StringCmd
 		pttl, fencePTT *redis.DurationCmd
+		waiters        *redis.IntCmd
 	}
 	qs := make([]q, len(sorted))
 	pipe := c.Pipeline()
@@ -88,6 +93,7 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 			pttl:     pipe.PTTL(ctx, k.Lock),
 			fence:    pipe.Get(ctx, k.Fence),
 			fencePTT: pipe.PTTL(ctx, k.Fence),
+			waiters:  pipe.ZCard(ctx, k.Queue),
 		}
 	}
 	// A GET of a key of another type fails alone (WRONGTYPE); only errors
@@ -100,7 +106,7 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 				return nil, err
 			}
 		}
-		l := NodeLock{Name: n}
+		l := NodeLock{Name: n, Waiters: int(qs[i].waiters.Val())}
 		fenceForeign := false
 		switch f, err := qs[i].fence.Result(); {
 		case err == redis.Nil:

@@ -29,10 +29,10 @@ type plot struct {
 }
 
 const (
-	plotW, plotH           = 720, 420
-	padL, padR, padT, padB = 70, 230, 40, 50
+	plotW, plotH           = 760, 420
+	padL, padR, padT, padB = 70, 270, 40, 50
 	innerW, innerH         = plotW - padL - padR, plotH - padT - padB
-	ticksX, ticksY         = 6, 5
+	ticksX, ticksY         = 5, 5
 )
 
 func (p *plot) svg() string {

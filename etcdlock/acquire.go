@@ -35,7 +35,8 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 	// last refresh of the lease (Grant.Sent), which may be later.
 	start := time.Now()
 	ops := sessionlock.Ops[*handle]{
-		Enqueue: func() (driver.Grant, error) { return d.enqueue(ctx, req, wait, start) },
+		Enqueue: func() (driver.Grant, error) { return d.enqueue(ctx, req, wait, start, nil) },
+		Again:   func(prev *handle) (driver.Grant, error) { return d.enqueue(ctx, req, wait, start, prev) },
 		Check:   func(hd *handle) (bool, time.Time, error) { return d.stillHeld(ctx, hd) },
 		Grant:   d.grant,
 	}
@@ -62,18 +63,30 @@ func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 
 // stillHeld reports whether h's key exists with h's create revision, and
 // when the lease was last known to be refreshed (see commitRefreshed).
+//
+// The check is a linearizable read of the key. It must not be a transaction
+// without operations (only a comparison): etcd serves such a transaction as
+// a serializable read, from whichever member the client asked, so a member
+// that had not yet applied the grant's put reported it gone (a re-entry
+// right after the grant then queued behind its own key: ErrLocked), and a
+// member cut off from the quorum would confirm a grant that is gone.
 func (d *Driver) stillHeld(ctx context.Context, h *handle) (bool, time.Time, error) {
 	if h.sess.Lost() {
 		return false, time.Time{}, nil
 	}
-	resp, sent, err := commitRefreshed(h.sess, d.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)))
+	resp, err := d.cli.Get(ctx, h.key, clientv3.WithKeysOnly())
+	sent := h.sess.RefreshedAt()
 	if err != nil {
 		if h.sess.Lost() {
 			return false, sent, nil
 		}
 		return false, sent, fmt.Errorf("etcdlock: check key: %w", err)
 	}
-	return resp.Succeeded, sent, nil
+	ok := present(resp.Kvs, h.rev)
+	if d.testCheck != nil {
+		ok = d.testCheck(h, ok)
+	}
+	return ok, sent, nil
 }
 
 // commitRefreshed commits txn (bound to its own context) and returns, with
@@ -85,7 +98,14 @@ func commitRefreshed(sess *session, txn clientv3.Txn) (*clientv3.TxnResponse, ti
 }
 
 // enqueue puts the request's key and, when wait is set, waits for its turn.
-func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bool, start time.Time) (driver.Grant, error) {
+//
+// prev, when not nil, is the grant of the same (name, owner) that a re-entry
+// check reported gone. If prev's key still heads the queue on prev's lease,
+// which is this request's lease, the check was wrong: the new key (at a
+// higher slot, since prev's slot is still in use) is removed and prev's
+// grant returned, so the re-entry counts it once more instead of queueing
+// behind its own grant.
+func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bool, start time.Time, prev *handle) (driver.Grant, error) {
 	secs, err := d.leaseSeconds(req.TTL)
 	if err != nil {
 		return driver.Grant{}, err
@@ -119,6 +139,10 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	h.rev = resp.Header.Revision
 	rev := h.rev
 	head := resp.Responses[1].GetResponseRange().Kvs
+	if prev != nil && prev.sess == sess && len(head) > 0 && string(head[0].Key) == prev.key && head[0].CreateRevision == prev.rev {
+		d.discard(h, rev)
+		return d.grant(prev, 1, sent), nil
+	}
 	first := len(head) == 0 || head[0].CreateRevision == rev
 	if !first || blocked(resp.Responses[2].GetResponseRange().Kvs, h.key) {
 		if !wait {

@@ -168,6 +168,10 @@ type Driver struct {
 	sessions map[int64]*session // the live lease of each requested TTL (whole seconds)
 
 	holds sessionlock.Holds[*handle] // re-entrance by (name, owner)
+
+	// testCheck, set only by tests before first use, replaces the outcome
+	// ok of a re-entry or nested-release check of h (to make it wrong).
+	testCheck func(h *handle, ok bool) bool
 }
 
 var (

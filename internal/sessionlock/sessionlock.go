@@ -44,6 +44,13 @@ type Ops[H comparable] struct {
 	// Enqueue takes the lock afresh (queueing when the call waits) and
 	// returns its grant, whose Handle is an H.
 	Enqueue func() (driver.Grant, error)
+	// Again, when not nil, takes Enqueue's place after Check reported the
+	// hold's grant gone, with that grant's handle prev. A check can be
+	// wrong (a stale read, a lost reply): when Again finds prev's grant
+	// still in place, it returns that grant (same Token, Handle prev)
+	// rather than queueing a new one behind it, and the hold is counted
+	// once more with its handle, as a re-entry (Reenter included).
+	Again func(prev H) (driver.Grant, error)
 	// Check confirms an existing grant before it is counted again.
 	Check Check[H]
 	// Reenter, when not nil, runs after a re-entrant grant was counted
@@ -59,7 +66,10 @@ type Ops[H comparable] struct {
 // when the driver no longer has it in place, the hold is forgotten and the
 // lock taken afresh. While another acquire of the same (name, owner) is in
 // flight, a waiting call (wait set) waits for it and then re-enters or
-// starts afresh, and a non-waiting one returns a *driver.LockedError. what
+// starts afresh, and a non-waiting one returns a *driver.LockedError. When
+// the fresh acquire after a failed check finds the very grant the check
+// reported gone (see Ops.Again), the hold keeps its handle and count and is
+// re-entered: a re-entry of a grant still in place is never refused. what
 // prefixes the error returned when ctx ends while waiting.
 func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, what string, ops Ops[H]) (driver.Grant, error) {
 	hk := holdKey{name, owner}
@@ -78,20 +88,31 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 			}
 			hs.m[hk] = h
 			hs.mu.Unlock()
-			g, err := ops.Enqueue()
+			var g driver.Grant
+			var err error
+			if dropped != nil && ops.Again != nil {
+				g, err = ops.Again(dropped.h)
+			} else {
+				g, err = ops.Enqueue()
+			}
 			hs.mu.Lock()
+			again := false
 			switch {
 			case err != nil:
 				delete(hs.m, hk)
 			case dropped != nil && ops.Grant(dropped.h, 1, g.Sent).Token == g.Token:
 				h.h, h.count = dropped.h, dropped.count+1
-				g = ops.Grant(h.h, h.count, g.Sent)
+				again = true
 			default:
 				h.h, h.count = g.Handle.(H), 1
 			}
 			close(h.pending)
 			h.pending = nil
+			n := h.count
 			hs.mu.Unlock()
+			if again {
+				return hs.reenter(h, dropped.h, n, g.Sent, ops)
+			}
 			return g, err
 		}
 		if p := h.pending; p != nil {
@@ -129,16 +150,23 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 		h.count++
 		n := h.count
 		hs.mu.Unlock()
-		if ops.Reenter != nil {
-			if err := ops.Reenter(hd); err != nil {
-				hs.mu.Lock()
-				h.count--
-				hs.mu.Unlock()
-				return driver.Grant{}, err
-			}
-		}
-		return ops.Grant(hd, n, sent), nil
+		return hs.reenter(h, hd, n, sent, ops)
 	}
+}
+
+// reenter finishes a re-entry that counted h (whose handle is hd) up to n:
+// it runs ops.Reenter, whose error undoes the count, and describes the grant
+// confirmed by a request sent at sent.
+func (hs *Holds[H]) reenter(h *hold[H], hd H, n int, sent time.Time, ops Ops[H]) (driver.Grant, error) {
+	if ops.Reenter != nil {
+		if err := ops.Reenter(hd); err != nil {
+			hs.mu.Lock()
+			h.count--
+			hs.mu.Unlock()
+			return driver.Grant{}, err
+		}
+	}
+	return ops.Grant(hd, n, sent), nil
 }
 
 // Release counts down the hold of (name, owner) through hd. When that hold

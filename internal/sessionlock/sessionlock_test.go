@@ -246,3 +246,38 @@ func TestNestedReleaseRetriedAfterFailedCheck(t *testing.T) {
 		t.Fatalf("retried release: %d, %v, %v; want 2 holds left", n, nested, err)
 	}
 }
+
+// After a check that wrongly reports the grant gone, Again (not Enqueue) is
+// given the old handle; when it finds that grant in place, the hold keeps
+// its handle and count and is re-entered, Reenter included, and a Reenter
+// error leaves the hold as it was.
+func TestAgainFindsTheOldGrant(t *testing.T) {
+	ctx := context.Background()
+	b := newBackend()
+	var hs Holds[*handle]
+	g1, _ := hs.Acquire(ctx, "n", "o", false, "test", b.ops(ctx))
+	h1 := g1.Handle.(*handle)
+	var prevs []*handle
+	reentered := 0
+	ops := b.ops(ctx)
+	ops.Again = func(prev *handle) (driver.Grant, error) {
+		prevs = append(prevs, prev)
+		return ops.Grant(prev, 1, time.Now()), nil
+	}
+	ops.Reenter = func(*handle) error { reentered++; return b.reenter }
+	b.held[h1] = false // every check errs; the grant is still there
+	g2, err := hs.Acquire(ctx, "n", "o", false, "test", ops)
+	if err != nil || g2.Count != 2 || g2.Handle != g1.Handle || g2.Token != g1.Token {
+		t.Fatalf("re-entry after a false loss: %+v, %v; want count 2 on the same handle", g2, err)
+	}
+	if len(prevs) != 1 || prevs[0] != h1 || reentered != 1 {
+		t.Fatalf("Again got %v, Reenter ran %d times; want Again(h1) once and Reenter once", prevs, reentered)
+	}
+	b.reenter = errors.New("guard failed")
+	if _, err := hs.Acquire(ctx, "n", "o", false, "test", ops); err == nil {
+		t.Fatal("re-entry succeeded although Reenter failed")
+	}
+	if c := hs.Count("n", "o", func(h *handle) bool { return h == h1 }); c != 2 {
+		t.Fatalf("Count = %d after a failed re-entry through Again, want 2 (the hold kept)", c)
+	}
+}

@@ -116,7 +116,31 @@ func (g getLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 	if err != nil {
 		return false, 0, err
 	}
+	if err := alive(conn); err != nil {
+		return false, 0, err
+	}
 	return true, uint64(id), nil
+}
+
+// errClosedUnder is the error of a statement that succeeded on a pinned
+// connection the driver then closed (see alive).
+var errClosedUnder = fmt.Errorf("the connection was closed as the statement completed (its context ended), which ended the session and its lock: %w", driver.ErrSessionLost)
+
+// alive reports an error when c's connection has been closed. A statement
+// can succeed and its connection be closed all the same: go-sql-driver
+// watches the statement's context on a goroutine that, when the context
+// ends just as the reply arrives, may pick the context over the statement's
+// completion and close the connection (before ExecContext or Scan returns,
+// so the check right after them is reliable). The server then ends the
+// session and frees every GET_LOCK and row lock it had, so a grant or a
+// ping confirmed on such a connection must not count.
+func alive(c *sql.Conn) error {
+	return c.Raw(func(dc any) error {
+		if v, ok := dc.(sqldriver.Validator); ok && !v.IsValid() {
+			return errClosedUnder
+		}
+		return nil
+	})
 }
 
 // rowLock is the SQL of ModeRowLock: SELECT … FOR UPDATE NOWAIT on the
@@ -208,6 +232,9 @@ func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 		if err := conn.QueryRowContext(ctx, fill(d.q.rowConfirm, "{K}", k, "{W}", hexLit(SignalName(name)))).Scan(&signal); err != nil {
 			return false, 0, fmt.Errorf("the pinned session could not confirm its row lock after the fence increment (to %d), so the lock is not granted: %w: %w", id, driver.ErrSessionLost, err)
 		}
+		if err := alive(conn); err != nil {
+			return false, 0, err
+		}
 		return true, uint64(id), nil
 	}
 }
@@ -222,8 +249,10 @@ func discard(c *sql.Conn) {
 // Ping implements sqlcommon.SessionSQL for both session modes: it proves
 // the session alive and re-arms its wait_timeout to ttl.
 func (d session) Ping(ctx context.Context, c pinned, ttl time.Duration) error {
-	_, err := c.ExecContext(ctx, fill(d.q.ping, "{WT}", waitTimeout(ttl)))
-	return err
+	if _, err := c.ExecContext(ctx, fill(d.q.ping, "{WT}", waitTimeout(ttl))); err != nil {
+		return err
+	}
+	return alive(c.Conn)
 }
 
 // holderConnID returns the server connection id holding name in this

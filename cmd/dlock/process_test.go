@@ -344,7 +344,10 @@ func TestProcessJobControl(t *testing.T) {
 // told to stop, and dlock exits 76.
 func TestProcessStoppedPastTTL(t *testing.T) {
 	dbURL, _ := sqliteTestURL(t)
-	cmd, out, child, _, got := startStoppable(t, dbURL, "--ttl", "300ms")
+	// A TTL long enough that a loaded machine does not lose the lease
+	// before the stop (dlock would then end CMD, which never stops), and
+	// short enough that it runs out while dlock is stopped.
+	cmd, out, child, _, got := startStoppable(t, dbURL, "--ttl", "1500ms")
 	if err := cmd.Process.Signal(syscall.SIGTSTP); err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,9 @@ func TestStressHotGetLock(t *testing.T) {
 				}
 				lctx, cancel := context.WithDeadline(ctx, at)
 				l, err := m.Lock(lctx)
-				ended := lctx.Err() != nil
+				// A Lock that fails at its deadline is no finding (a dial
+				// can time out a hair before the context reports it).
+				ended := lctx.Err() != nil || time.Until(at) < 10*time.Millisecond
 				cancel()
 				if err != nil {
 					if !ended {

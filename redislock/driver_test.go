@@ -16,6 +16,7 @@ import (
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // fixture is one redis-server, an admin client, and a driver over a
@@ -316,13 +317,7 @@ func TestWakeOne(t *testing.T) {
 	// Waiter 0 gets a wake-up and leaves without consuming it: waiter 1
 	// inherits it.
 	release()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(subs[0].C()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("third release never reached waiter 0")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Until(t, 5*time.Second, "the third release to reach waiter 0", func() bool { return len(subs[0].C()) > 0 })
 	_ = subs[0].Close()
 	select {
 	case <-subs[1].C():

@@ -13,6 +13,7 @@ import (
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/redisscript/redistest"
 	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 func safetyEnv(t *testing.T) ([]*redis.Client, redistest.NewDriver) {
@@ -132,12 +133,9 @@ func TestWaiterSeesForeignDelete(t *testing.T) {
 		got <- err
 	}()
 	// The waiter has tried at least once when it has subscribed.
-	for admins[0].PubSubNumSub(ctx, k.Channel).Val()[k.Channel] == 0 {
-		if ctx.Err() != nil {
-			t.Fatal("the waiter never subscribed")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the waiter to subscribe", func() bool {
+		return admins[0].PubSubNumSub(ctx, k.Channel).Val()[k.Channel] > 0
+	})
 	deleted := time.Now()
 	if err := admins[0].Del(ctx, k.Lock).Err(); err != nil {
 		t.Fatal(err)

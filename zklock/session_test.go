@@ -232,17 +232,9 @@ func TestCloseAfterExpiryLeavesNoSocket(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n := openSockets(t)
-		if n <= before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sockets open after Close, %d before Open", n, before)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	queuetest.Eventually(t, 5*time.Second, "the sockets opened since Open to close", func() bool {
+		return openSockets(t) <= before
+	})
 }
 
 // TestReleaseRetry (audit finding 3, driver side): a Release whose outcome

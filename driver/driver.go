@@ -45,7 +45,9 @@
 // A driver may also implement Notifier (waiters are woken by the server when
 // a lock is released), Queuer (the backend queues waiters natively, in order),
 // Inspector (list locks for status output), NameChecker (backend-specific name
-// rules) and Limiter (TTL bounds). The dlock package finds them by type
+// rules), Limiter (TTL bounds), Kinder (read/write locks and semaphores, with
+// Withdrawer for writer preference), MultiAcquirer (several mutexes in one
+// atomic round trip) and FenceRaiser (the quorum lock's token rule). The dlock package finds them by type
 // assertion, as database/sql finds driver.Pinger.
 package driver
 
@@ -112,6 +114,19 @@ type AcquireRequest struct {
 	// LockDelay keeps the lock unavailable this long after the grant ends
 	// without a release (expiry, session loss). Zero means none.
 	LockDelay time.Duration
+	// Kind is the sort of lock (see Kind); zero is a mutex. Drivers that do
+	// not implement Kinder only ever see zero.
+	Kind Kind
+	// Permits is the semaphore's size when Kind is Permit (at least 1),
+	// zero otherwise. The backend stores it with the semaphore; a request
+	// whose Permits differs from the stored count fails with an error
+	// wrapping ErrInvalid that names both counts, and changes nothing.
+	Permits int
+	// Waiting is set when the caller will keep trying until granted (a
+	// waiting Lock), not for a one-shot TryLock. A refused Write request
+	// with Waiting set records the waiting writer (see Withdrawer); other
+	// kinds may ignore it.
+	Waiting bool
 }
 
 // Grant is a successful TryAcquire or Acquire.
@@ -168,6 +183,9 @@ type Lease struct {
 	TTL time.Duration
 	// LockDelay is the lock-delay of the original grant.
 	LockDelay time.Duration
+	// Kind and Permits are those of the original request.
+	Kind    Kind
+	Permits int
 }
 
 // Driver is the interface every backend implements.
@@ -262,6 +280,18 @@ type LockInfo struct {
 	ExpiresIn time.Duration
 	// Waiters is the number of queued waiters, or -1 when unknown.
 	Waiters int
+	// Kind is the lock's sort: Exclusive for a mutex, Write for a
+	// read/write lock (whether it is held for reading or writing, see
+	// Readers), Permit for a semaphore. A name used with several kinds has
+	// one LockInfo per kind.
+	Kind Kind
+	// Readers is, for a read/write lock, the number of read holders (Owner
+	// is then empty unless a writer holds it). Zero otherwise.
+	Readers int
+	// Permits and Holders are, for a semaphore, its size and the number of
+	// permits taken. Zero otherwise.
+	Permits int
+	Holders int
 }
 
 // Inspector is implemented by drivers that can list locks.

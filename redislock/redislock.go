@@ -106,11 +106,12 @@ type Driver struct {
 }
 
 var (
-	_ driver.Driver    = (*Driver)(nil)
-	_ driver.Notifier  = (*Driver)(nil)
-	_ driver.Inspector = (*Driver)(nil)
-	_ driver.Limiter   = (*Driver)(nil)
-	_ driver.Queuer    = (*Driver)(nil)
+	_ driver.Driver      = (*Driver)(nil)
+	_ driver.Notifier    = (*Driver)(nil)
+	_ driver.Inspector   = (*Driver)(nil)
+	_ driver.Limiter     = (*Driver)(nil)
+	_ driver.Queuer      = (*Driver)(nil)
+	_ driver.FenceRaiser = (*Driver)(nil)
 )
 
 // New returns a driver that keeps locks through client. Close does not close
@@ -428,4 +429,25 @@ func (d *Driver) kill() {
 	_ = d.client.Close()
 	d.gate.Stop()
 	d.grants.Forget()
+}
+
+// RaiseFence makes the next grant of kind k of name carry a token greater
+// than atLeast (driver.FenceRaiser): it raises that kind's fencing counter
+// (the mutex's, the read/write lock's shared one, or the semaphore's) to
+// atLeast if it is lower, in one script call, and never touches a holder's
+// grant. A key dlock did not write at the counter is left alone and the
+// call fails. After Close has begun it fails with an error wrapping
+// dlock.ErrClosed.
+func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atLeast uint64) error {
+	if err := redisscript.CheckKind(k); err != nil {
+		return fmt.Errorf("redislock: raise fence: %w", err)
+	}
+	if !d.gate.Enter() {
+		return errClosed
+	}
+	defer d.gate.Exit()
+	if err := redisscript.RaiseFence(ctx, d.client, redisscript.FenceKey(d.prefix, name, k), atLeast); err != nil {
+		return ctxerr.Wrap(ctx, "redislock: raise fence", err)
+	}
+	return nil
 }

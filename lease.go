@@ -27,6 +27,8 @@ type Lease struct {
 	owner     string
 	token     uint64
 	handle    any
+	kind      driver.Kind
+	permits   int
 	delay     time.Duration
 	drift     time.Duration
 	lost      <-chan struct{}
@@ -82,6 +84,7 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	at := c.at(sent)
 	return &Lease{
 		c: c, name: m.name, owner: r.owner, token: g.Token, count: int32(g.Count), handle: g.Handle,
+		kind: m.kind, permits: m.permits,
 		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause, parent: parent,
 		autoRenew: every > 0,
 		generated: r.generated,
@@ -101,7 +104,17 @@ func (l *Lease) Owner() string { return l.owner }
 // Token returns the fencing token: strictly greater than every token granted
 // before for this name on this backend, to any holder. Re-entering keeps the
 // token. Pass it to the resource the lock protects (see package fence).
+//
+// Each lock type counts on its own: a read or write lease's token is greater
+// than every earlier grant of the name's RWMutex (so read leases of one
+// RWMutex carry distinct tokens), and a permit's greater than every earlier
+// permit of the name's Semaphore. Mutex, RWMutex and Semaphore locks of one
+// name are different locks with separate counters.
 func (l *Lease) Token() uint64 { return l.token }
+
+// Kind returns what the lease holds: "mutex" (Mutex), "read" or "write"
+// (RWMutex.RLock, RWMutex.Lock) or "permit" (Semaphore).
+func (l *Lease) Kind() string { return l.kind.String() }
 
 // Count returns the hold count the backend reported when this lease was
 // granted: 1, or more if the owner re-entered.
@@ -286,7 +299,8 @@ func (l *Lease) driverLease() driver.Lease {
 }
 
 func (l *Lease) driverLeaseLocked() driver.Lease {
-	return driver.Lease{Name: l.name, Owner: l.owner, Token: l.token, Handle: l.handle, TTL: l.ttl, LockDelay: l.delay}
+	return driver.Lease{Name: l.name, Owner: l.owner, Token: l.token, Handle: l.handle, TTL: l.ttl, LockDelay: l.delay,
+		Kind: l.kind, Permits: l.permits}
 }
 
 // confirmedLocked records a successful renewal whose request was sent at sent.

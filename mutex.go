@@ -17,22 +17,62 @@ import (
 // error wrapping ErrInvalid (or ErrUnsupported for options the backend
 // cannot honour).
 type Mutex struct {
-	c    *Client
-	name string
-	err  error // construction error, reported on use
-	r    resolved
+	c       *Client
+	name    string
+	kind    driver.Kind // Exclusive for a Mutex; RWMutex and Semaphore use the others
+	permits int         // the semaphore's size when kind is Permit
+	err     error       // construction error, reported on use
+	r       resolved
 }
 
 // NewMutex returns the lock called name. opts may be nil for the client's
 // defaults.
 func (c *Client) NewMutex(name string, opts *MutexOptions) *Mutex {
-	m := &Mutex{c: c, name: name}
+	return c.newLock(name, driver.Exclusive, 0, opts)
+}
+
+// newLock is the machinery behind every lock type: a Mutex of kind k
+// (Exclusive, Read, Write or Permit of a semaphore of permits).
+func (c *Client) newLock(name string, k driver.Kind, permits int, opts *MutexOptions) *Mutex {
+	m := &Mutex{c: c, name: name, kind: k, permits: permits}
 	if err := checkName(name, c.d); err != nil {
+		m.err = err
+		return m
+	}
+	if err := checkKind(c.d, k); err != nil {
 		m.err = err
 		return m
 	}
 	m.r, m.err = c.resolve(opts)
 	return m
+}
+
+// checkKind refuses a lock kind the driver does not implement, so that a
+// backend without read/write locks or semaphores never grants a plain mutex
+// in their place.
+func checkKind(d driver.Driver, k driver.Kind) error {
+	if k == driver.Exclusive {
+		return nil
+	}
+	if kd, ok := d.(driver.Kinder); ok && kd.SupportsKind(k) {
+		return nil
+	}
+	what := "read/write locks"
+	if k == driver.Permit {
+		what = "semaphores"
+	}
+	return &OpError{Op: "new", Err: fmt.Errorf("this backend (%T) has no %s (%s grants): %w", d, what, k, ErrUnsupported)}
+}
+
+// ops names a lock kind's waiting and one-shot operations in errors.
+func ops(k driver.Kind) (wait, try string) {
+	switch k {
+	case driver.Read:
+		return "rlock", "tryrlock"
+	case driver.Permit:
+		return "acquire", "tryacquire"
+	}
+	return "lock", "trylock"
 }
 
 // Name returns the lock's name.
@@ -105,10 +145,11 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	if !explicitOwner {
 		r.owner, r.generated = newOwner(), true
 	}
-	req := driver.AcquireRequest{Name: m.name, Owner: r.owner, TTL: r.ttl, LockDelay: r.delay}
-	op := "trylock"
+	req := driver.AcquireRequest{Name: m.name, Owner: r.owner, TTL: r.ttl, LockDelay: r.delay,
+		Kind: m.kind, Permits: m.permits, Waiting: wait && m.kind == driver.Write}
+	waitOp, op := ops(m.kind)
 	if wait {
-		op = "lock"
+		op = waitOp
 	}
 	parent := ctx // the lease keeps its values, not the wait's wrapper
 	if wait {
@@ -125,7 +166,17 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		sent    time.Time
 		err     error
 		lastErr error // the last backend error a waiting Lock retried
+		granted bool
 	)
+	if req.Waiting {
+		// A waiting writer that gives up withdraws its mark, so that it
+		// does not hold new readers back until it expires.
+		defer func() {
+			if !granted {
+				c.withdraw(parent, req)
+			}
+		}()
+	}
 	bo := newBackoff(r.waitMin, r.waitMax)
 	for {
 		if q, ok := c.d.(driver.Queuer); ok && wait {
@@ -138,6 +189,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			g, sent, err = m.tryLoop(ctx, req, r, wait, explicitOwner)
 		}
 		if err == nil {
+			granted = true
 			break
 		}
 		if context.Cause(ctx) == ErrClosed {
@@ -157,6 +209,9 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			// A grant of the failed attempt may linger under the old
 			// owner until its clean-up release gets through: never
 			// re-enter it by accident.
+			if req.Waiting {
+				c.withdraw(parent, req) // the old owner's waiting mark
+			}
 			r.owner = newOwner()
 			req.Owner = r.owner
 		}
@@ -173,6 +228,14 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		case <-t.C:
 		}
 	}
+	return m.finish(ctx, op, r, g, sent, parent)
+}
+
+// finish turns a driver's grant into a registered Lease: a grant that
+// arrived after its own validity deadline is released and reported as an
+// error, and a grant that arrives as the client closes is released.
+func (m *Mutex) finish(ctx context.Context, op string, r resolved, g driver.Grant, sent time.Time, parent context.Context) (*Lease, error) {
+	c := m.c
 	if !g.Sent.IsZero() {
 		// The driver knows when the request that last proved the grant's
 		// lease was sent: after a long queue wait that is later than our
@@ -202,6 +265,20 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	return l, nil
+}
+
+// withdraw tells a Withdrawer that the waiting write request req gave up,
+// on a best-effort basis: the driver's mark expires on its own otherwise.
+func (c *Client) withdraw(ctx context.Context, req driver.AcquireRequest) {
+	w, ok := c.d.(driver.Withdrawer)
+	if !ok || c.isClosed() {
+		return // a closed driver's marks expire on their own
+	}
+	wctx, cancel := c.detached(ctx)
+	defer cancel()
+	if err := w.Withdraw(wctx, req); err != nil {
+		c.log.Warn("dlock: withdrawing a waiting writer failed; its mark expires on its own", "name", req.Name, "err", err)
+	}
 }
 
 // waitEnded is the error of a waiting Lock whose context ended after it had
@@ -256,7 +333,8 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 				// The outcome is unknown: the grant may exist on the server
 				// under our fresh owner. Release it so nothing is left behind,
 				// and keep trying in the background if that fails too.
-				dl := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, LockDelay: req.LockDelay}
+				dl := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, LockDelay: req.LockDelay,
+					Kind: req.Kind, Permits: req.Permits}
 				rctx, cancel := c.detached(ctx)
 				_, rerr := c.d.Release(rctx, dl)
 				cancel()
@@ -293,6 +371,11 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 			}
 		} else if notify != nil {
 			d = r.waitMax
+		}
+		if req.Waiting {
+			// A waiting writer's mark lives about one TTL from its last
+			// refused attempt: retry often enough to keep it fresh.
+			d = min(d, max(r.ttl/3, time.Millisecond))
 		}
 		t := time.NewTimer(d)
 		select {

@@ -13,7 +13,9 @@ import (
 // Backend is the in-memory "server". It is safe for concurrent use.
 type Backend struct {
 	mu    sync.Mutex
-	locks map[string]*entry
+	locks map[string]*entry    // mutexes
+	rws   map[string]*rwEntry  // read/write locks
+	sems  map[string]*semEntry // semaphores
 	skew  time.Duration
 	subs  map[string]map[*sub]struct{}
 	calls map[string]int // count of calls by operation, for tests
@@ -30,7 +32,8 @@ type entry struct {
 
 // NewBackend returns an empty backend.
 func NewBackend() *Backend {
-	return &Backend{locks: map[string]*entry{}, subs: map[string]map[*sub]struct{}{}, calls: map[string]int{}}
+	return &Backend{locks: map[string]*entry{}, rws: map[string]*rwEntry{}, sems: map[string]*semEntry{},
+		subs: map[string]map[*sub]struct{}{}, calls: map[string]int{}}
 }
 
 func (b *Backend) now() time.Time { return time.Now().Add(b.skew) }
@@ -51,8 +54,9 @@ func (b *Backend) Calls(op string) int {
 	return b.calls[op]
 }
 
-// Drop forgets the current grant on name with no lock-delay, as a server
-// that lost it would. The fencing counter survives.
+// Drop forgets the current grant on the mutex name with no lock-delay, as a
+// server that lost it would. The fencing counter survives. DropKind does the
+// same for the other lock kinds.
 func (b *Backend) Drop(name string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -105,6 +109,34 @@ func (b *Backend) acquire(req driver.AcquireRequest) (driver.Grant, error) {
 	defer b.mu.Unlock()
 	b.calls["acquire"]++
 	now := b.now()
+	switch req.Kind {
+	case driver.Read, driver.Write:
+		return b.acquireRWLocked(req, now)
+	case driver.Permit:
+		return b.acquireSemLocked(req, now)
+	}
+	return b.acquireMutexLocked(req, now)
+}
+
+// mutexBusyLocked returns the refusal a mutex request would get, or nil.
+func (b *Backend) mutexBusyLocked(req driver.AcquireRequest, now time.Time) error {
+	e := b.locks[req.Name]
+	if e == nil {
+		return nil
+	}
+	if b.heldLocked(e, now) {
+		if e.owner != req.Owner {
+			return &driver.LockedError{RetryAfter: e.expires.Sub(now) + e.delay, Token: e.fence}
+		}
+		return nil
+	}
+	if now.Before(e.delayUntil) {
+		return &driver.LockedError{RetryAfter: e.delayUntil.Sub(now), Token: e.fence}
+	}
+	return nil
+}
+
+func (b *Backend) acquireMutexLocked(req driver.AcquireRequest, now time.Time) (driver.Grant, error) {
 	e := b.locks[req.Name]
 	if e == nil {
 		e = &entry{}
@@ -135,6 +167,12 @@ func (b *Backend) release(l driver.Lease) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls["release"]++
+	switch l.Kind {
+	case driver.Read, driver.Write:
+		return b.releaseRWLocked(l)
+	case driver.Permit:
+		return b.releaseSemLocked(l)
+	}
 	e := b.locks[l.Name]
 	if e == nil || !b.heldLocked(e, b.now()) || e.owner != l.Owner || (l.Token != 0 && e.fence != l.Token) {
 		return 0, fmt.Errorf("memlock: release %q: %w", l.Name, driver.ErrNotHeld)
@@ -156,6 +194,10 @@ func (b *Backend) renew(ls []driver.Lease) []error {
 	now := b.now()
 	errs := make([]error, len(ls))
 	for i, l := range ls {
+		if l.Kind != driver.Exclusive {
+			errs[i] = b.renewKindLocked(l, now)
+			continue
+		}
 		e := b.locks[l.Name]
 		if e == nil || !b.heldLocked(e, now) || e.owner != l.Owner || e.fence != l.Token {
 			errs[i] = fmt.Errorf("memlock: renew %q: %w", l.Name, driver.ErrNotHeld)
@@ -182,6 +224,12 @@ func (b *Backend) inspect(prefix string) []driver.LockInfo {
 		}
 		out = append(out, info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	out = append(out, b.inspectKindsLocked(prefix, now)...)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Kind < out[j].Kind
+	})
 	return out
 }

@@ -23,6 +23,15 @@ import (
 	"github.com/dlock/dlock/driver"
 )
 
+var (
+	_ driver.Kinder        = (*Driver)(nil)
+	_ driver.Withdrawer    = (*Driver)(nil)
+	_ driver.MultiAcquirer = (*Driver)(nil)
+	_ driver.FenceRaiser   = (*Driver)(nil)
+	_ driver.Inspector     = (*Driver)(nil)
+	_ driver.Notifier      = (*Driver)(nil)
+)
+
 // ErrInjected is returned by calls failed through Driver.FailCalls and
 // Driver.Kill.
 var ErrInjected = errors.New("memlock: injected failure")
@@ -33,8 +42,11 @@ func (b *Backend) NewDriver() *Driver {
 }
 
 // Driver is a client of a Backend. It implements driver.Driver,
-// driver.Notifier and driver.Inspector. Its fault hooks are safe to call
-// concurrently with its methods.
+// driver.Notifier, driver.Inspector and every lock kind natively, as the
+// reference for other backends: driver.Kinder (read/write locks with writer
+// preference, semaphores), driver.Withdrawer, driver.MultiAcquirer and
+// driver.FenceRaiser. Its fault hooks are safe to call concurrently with its
+// methods.
 type Driver struct {
 	b *Backend
 
@@ -61,8 +73,9 @@ func (d *Driver) DelayCalls(dd time.Duration) {
 }
 
 // FailCalls makes every later call ask f first: a non-nil error fails the
-// call without reaching the backend. f receives "acquire", "release" or
-// "renew". Nil turns it off.
+// call without reaching the backend. f receives "acquire" (TryAcquire and
+// TryAcquireMulti), "release", "renew", "withdraw", "raise", "inspect" or
+// "subscribe". Nil turns it off.
 func (d *Driver) FailCalls(f func(op string) error) {
 	d.mu.Lock()
 	d.fail = f

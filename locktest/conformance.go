@@ -10,12 +10,14 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 )
 
 // suite carries one harness through the subtests.
 type suite struct {
-	h   Harness
-	cfg Config
+	h     Harness
+	cfg   Config
+	kinds map[driver.Kind]bool // the kinds the driver supports (driver.Kinder)
 }
 
 func (s *suite) ttl() time.Duration { return s.cfg.TTL }
@@ -38,7 +40,7 @@ func RunConformanceTests(t *testing.T, newHarness NewHarness) {
 	if cfg.Clients == 0 {
 		cfg.Clients = 3
 	}
-	s := &suite{h: h, cfg: cfg}
+	s := &suite{h: h, cfg: cfg, kinds: supportedKinds(t, h)}
 	tests := []struct {
 		name string
 		fn   func(t *testing.T)
@@ -59,12 +61,32 @@ func RunConformanceTests(t *testing.T, newHarness NewHarness) {
 		{"CloseReleases", s.testCloseReleases},
 		{"Do", s.testDo},
 		{"Inspect", s.testInspect},
+		{"RWMutex", s.testRWMutex},
+		{"Semaphore", s.testSemaphore},
+		{"MultiMutex", s.testMultiMutex},
 		{"InvalidInput", s.testInvalidInput},
 		{"NoLeakAfterClose", s.testNoLeaks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.fn)
 	}
+}
+
+// supportedKinds asks one driver which lock kinds it supports.
+func supportedKinds(t *testing.T, h Harness) map[driver.Kind]bool {
+	t.Helper()
+	d, err := h.NewDriver(context.Background())
+	if err != nil {
+		t.Fatalf("locktest: NewDriver: %v", err)
+	}
+	kinds := map[driver.Kind]bool{driver.Exclusive: true}
+	if kd, ok := d.(driver.Kinder); ok {
+		for _, k := range []driver.Kind{driver.Read, driver.Write, driver.Permit} {
+			kinds[k] = kd.SupportsKind(k)
+		}
+	}
+	_ = dlock.New(d, nil).Close()
+	return kinds
 }
 
 // uniqueName returns a lock name no other subtest or run uses.

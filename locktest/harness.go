@@ -78,3 +78,17 @@ type Floors interface {
 	// RoundTripFloor returns one bare round trip (e.g. PING, SELECT 1).
 	RoundTripFloor(ctx context.Context) (op func(ctx context.Context) error, cleanup func(), err error)
 }
+
+// KindDropper is implemented by the harness of every backend whose driver
+// supports lock kinds beyond the mutex (driver.Kinder): the RWMutex and
+// Semaphore sections use it to check that loss is signalled, and fail when
+// the driver supports a kind the harness cannot drop.
+type KindDropper interface {
+	// DropKind makes the backend forget the current grants of kind k on
+	// name — every read holder for driver.Read, the writer for
+	// driver.Write, every permit holder for driver.Permit — as Drop does
+	// for a mutex: as if they had expired or their sessions had been lost,
+	// without telling the holders and without lock-delay. The name's
+	// fencing counter (and a semaphore's stored permit count) survive.
+	DropKind(ctx context.Context, name string, k driver.Kind) error
+}

@@ -26,6 +26,10 @@ func newHarness(ctx context.Context, t testing.TB) (locktest.Harness, error) {
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) { return h.b.NewDriver(), nil }
 func (h *harness) Kill(d driver.Driver) error                           { d.(*memlock.Driver).Kill(); return nil }
 func (h *harness) Drop(ctx context.Context, name string) error          { h.b.Drop(name); return nil }
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	h.b.DropKind(name, k)
+	return nil
+}
 func (h *harness) Config() locktest.Config {
 	return locktest.Config{TTL: 300 * time.Millisecond, LockDelay: true}
 }

@@ -118,9 +118,12 @@ type AcquireRequest struct {
 	// not implement Kinder only ever see zero.
 	Kind Kind
 	// Permits is the semaphore's size when Kind is Permit (at least 1),
-	// zero otherwise. The backend stores it with the semaphore; a request
-	// whose Permits differs from the stored count fails with an error
-	// wrapping ErrInvalid that names both counts, and changes nothing.
+	// zero otherwise. The backend stores it with the semaphore; while any
+	// permit is held (or kept by a lock-delay) a request whose Permits
+	// differs from the stored count fails with an error wrapping ErrInvalid
+	// that names both counts, and changes nothing. A request to an idle
+	// semaphore (no permit held or delayed) is granted and stores its own
+	// count, so a semaphore can be resized once its holders have stopped.
 	Permits int
 	// Waiting is set when the caller will keep trying until granted (a
 	// waiting Lock), not for a one-shot TryLock. A refused Write request

@@ -28,6 +28,8 @@ const (
 	Write
 	// Permit is one permit of a counting semaphore of
 	// AcquireRequest.Permits permits: at most that many holders at once.
+	// The count binds while any permit is held or kept by a lock-delay; a
+	// request to an idle semaphore sets it (see AcquireRequest.Permits).
 	Permit
 )
 

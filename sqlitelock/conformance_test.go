@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 	"github.com/dlock/dlock/locktest"
 )
 
@@ -40,8 +41,9 @@ type harness struct {
 }
 
 var (
-	_ locktest.Harness = (*harness)(nil)
-	_ locktest.Floors  = (*harness)(nil)
+	_ locktest.Harness     = (*harness)(nil)
+	_ locktest.Floors      = (*harness)(nil)
+	_ locktest.KindDropper = (*harness)(nil)
 )
 
 func newHarness(ctx context.Context, t testing.TB) (locktest.Harness, error) {
@@ -81,6 +83,20 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 	lock_until = n.now, delay_until = n.now + (delay_until - lock_until)
 FROM (SELECT `+nowMS+` AS now) AS n
 WHERE name = ?1 AND count > 0 AND lock_until > n.now`, name)
+	return err
+}
+
+// DropKind forgets the current grants of kind k on name with no
+// lock-delay: a mutex's lease ends now; readers', a writer's or permits'
+// rows are deleted. Counters and stored permit counts stay.
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	if k == driver.Exclusive {
+		_, err := h.admin.db.ExecContext(ctx, `UPDATE `+DefaultTable+` SET lock_until = `+nowMS+`, delay_until = `+nowMS+`
+WHERE name = ?1 AND count > 0`, name)
+		return err
+	}
+	_, err := h.admin.db.ExecContext(ctx, `DELETE FROM `+h.admin.holders+` WHERE name = ?1 AND grp = ?2 AND kind = ?3`,
+		name, sqlcommon.Group(k), sqlcommon.HolderKind(k))
 	return err
 }
 

@@ -5,9 +5,12 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
-// Inspect lists the locks whose names start with prefix, sorted by name. A
+// Inspect lists the locks whose names start with prefix, sorted by name
+// (and kind: a name's mutex, read/write lock and semaphore are listed
+// apart, see driver.LockInfo). A
 // lock whose lease has expired (even if still inside its lock-delay) is
 // reported free: no owner, count 0, ExpiresIn 0. Waiters is always -1:
 // SQLite does not know who polls.
@@ -43,5 +46,9 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if err != nil {
 		return nil, d.wrap(ctx, "inspect", err)
 	}
-	return out, nil
+	kinds, err := d.inspectKinds(ctx, prefix)
+	if err != nil {
+		return nil, d.wrap(ctx, "inspect", err)
+	}
+	return sqlcommon.MergeInfos(out, kinds), nil
 }

@@ -18,6 +18,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if d.closed.Load() {
 		return driver.Grant{}, errClosed
 	}
+	if req.Kind != driver.Exclusive {
+		return d.acquireKind(ctx, req)
+	}
 	ttl, delay := ms(req.TTL), ms(req.LockDelay)
 	if ttl < 1 {
 		ttl = 1
@@ -64,6 +67,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if d.closed.Load() {
 		return 0, errClosed
+	}
+	if l.Kind != driver.Exclusive {
+		return d.releaseKind(ctx, l)
 	}
 	var count int
 	err := d.retryBusy(ctx, func() error {

@@ -50,6 +50,15 @@ RETURNING name, owner, fence`)
 	return st, nil
 }
 
+func hasKinds(ls []driver.Lease) bool {
+	for _, l := range ls {
+		if l.Kind != driver.Exclusive {
+			return true
+		}
+	}
+	return false
+}
+
 // Renew extends every lease in ls to its TTL from now, by SQLite's clock,
 // in one transaction (one statement per 256 leases). A lease whose row no
 // longer has its owner and token, or whose lease has already expired, gets
@@ -62,6 +71,21 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	if len(ls) == 0 {
 		return errs, nil
 	}
+	// The kinds' leases (rows of the _holders table) are renewed in the
+	// same transaction, one statement each.
+	all := ls
+	var kinds []int
+	if hasKinds(ls) {
+		ls = make([]driver.Lease, 0, len(all))
+		for i, l := range all {
+			if l.Kind == driver.Exclusive {
+				ls = append(ls, l)
+			} else {
+				kinds = append(kinds, i)
+			}
+		}
+	}
+	kindRenewed := make(map[int]bool, len(kinds))
 	args := make([]any, 0, 5*min(len(ls), renewSizes[len(renewSizes)-1]))
 	renewed := make(map[renewItem]bool, len(ls))
 	// Prepare every statement the batch needs before a transaction takes
@@ -114,8 +138,12 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	}
 	err := d.retryBusy(ctx, func() error {
 		clear(renewed)
-		if len(parts) == 1 {
+		clear(kindRenewed)
+		if len(parts) == 1 && len(kinds) == 0 {
 			return chunk(ctx, nil, parts[0])
+		}
+		if len(parts) == 0 && len(kinds) == 1 {
+			return d.renewKinds(ctx, nil, all, kinds, kindRenewed)
 		}
 		tx, err := d.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -127,12 +155,23 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 				return err
 			}
 		}
+		if err := d.renewKinds(ctx, tx, all, kinds, kindRenewed); err != nil {
+			tx.Rollback()
+			return err
+		}
 		return tx.Commit()
 	})
 	if err != nil {
 		return nil, d.wrap(ctx, "renew", err)
 	}
-	for i, l := range ls {
+	for i, l := range all {
+		if l.Kind != driver.Exclusive {
+			if !kindRenewed[i] {
+				d.sig.releasedKey(kindKey(l.Name, l.Kind, l.Owner), l.Name, l.Owner)
+				errs[i] = fmt.Errorf("sqlitelock: renew %s %q: %w", l.Kind, l.Name, driver.ErrNotHeld)
+			}
+			continue
+		}
 		if !renewed[renewItem{l.Name, l.Owner, int64(l.Token)}] {
 			d.sig.released(l.Name, l.Owner)
 			errs[i] = fmt.Errorf("sqlitelock: renew %q: %w", l.Name, driver.ErrNotHeld)

@@ -29,7 +29,8 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{db: db, ownDB: own, busy: busy, table: `"` + table + `"`, renewStmts: map[int]*sql.Stmt{}}
+	d := &Driver{db: db, ownDB: own, busy: busy, table: `"` + table + `"`, renewStmts: map[int]*sql.Stmt{},
+		kinds: `"` + table + `_kinds"`, holders: `"` + table + `_holders"`}
 	var version string
 	if err := d.retryBusy(ctx, func() error {
 		return db.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version)
@@ -47,7 +48,8 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 	fence       INTEGER NOT NULL,
 	updated_at  INTEGER NOT NULL,
 	lock_until  INTEGER NOT NULL,
-	delay_until INTEGER NOT NULL
+	delay_until INTEGER NOT NULL,
+	fence_floor INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID`
 	if err := d.retryBusy(ctx, func() error { _, err := db.ExecContext(ctx, create); return err }); err != nil {
 		return nil, fmt.Errorf("sqlitelock: create table %s: %w", table, err)
@@ -57,6 +59,9 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 	check := `SELECT name, owner, count, fence, updated_at, lock_until, delay_until FROM ` + t + ` LIMIT 0`
 	if err := d.retryBusy(ctx, func() error { _, err := db.ExecContext(ctx, check); return err }); err != nil {
 		return nil, openurl.Invalid("Table", "sqlitelock: table %s exists but is not a dlock table: %v", table, err)
+	}
+	if err := d.migrate(ctx, table); err != nil {
+		return nil, err
 	}
 
 	// The companion file for wake-ups sits next to the main database file.
@@ -80,7 +85,7 @@ ON CONFLICT (name) DO UPDATE SET
 	count = CASE WHEN count > 0 AND owner = excluded.owner AND excluded.updated_at < lock_until
 		THEN count + 1 ELSE 1 END,
 	fence = CASE WHEN count > 0 AND owner = excluded.owner AND excluded.updated_at < lock_until
-		THEN fence ELSE fence + 1 END,
+		THEN fence ELSE max(fence, fence_floor) + 1 END,
 	owner = excluded.owner,
 	updated_at = excluded.updated_at,
 	lock_until = excluded.lock_until,
@@ -117,6 +122,49 @@ WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name`},
 		*s.dst = st
 	}
 	return d, nil
+}
+
+// migrate brings a lock table made by an older version up to date, in
+// place and idempotently (several processes may race to do it): the
+// fence_floor column that RaiseFence sets on a held lock, and the kinds'
+// tables (see internal/sqlcommon's kinds.go).
+func (d *Driver) migrate(ctx context.Context, table string) error {
+	var n int
+	if err := d.retryBusy(ctx, func() error {
+		return d.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?1) WHERE name = 'fence_floor'`, table).Scan(&n)
+	}); err != nil {
+		return fmt.Errorf("sqlitelock: reading table %s: %w", table, err)
+	}
+	stmts := []string{
+		`CREATE TABLE IF NOT EXISTS ` + d.kinds + ` (
+	name    TEXT NOT NULL,
+	grp     INTEGER NOT NULL,
+	fence   INTEGER NOT NULL DEFAULT 0,
+	permits INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (name, grp)
+) WITHOUT ROWID`,
+		`CREATE TABLE IF NOT EXISTS ` + d.holders + ` (
+	name        TEXT NOT NULL,
+	grp         INTEGER NOT NULL,
+	owner       TEXT NOT NULL,
+	kind        INTEGER NOT NULL,
+	count       INTEGER NOT NULL,
+	fence       INTEGER NOT NULL,
+	lock_until  INTEGER NOT NULL,
+	delay_until INTEGER NOT NULL,
+	PRIMARY KEY (name, grp, owner, kind)
+) WITHOUT ROWID`,
+	}
+	if n == 0 {
+		stmts = append([]string{`ALTER TABLE ` + d.table + ` ADD COLUMN fence_floor INTEGER NOT NULL DEFAULT 0`}, stmts...)
+	}
+	for _, s := range stmts {
+		err := d.retryBusy(ctx, func() error { _, err := d.db.ExecContext(ctx, s); return err })
+		if err != nil && !strings.Contains(err.Error(), "duplicate column name") {
+			return fmt.Errorf("sqlitelock: updating the schema of table %s: %w", table, err)
+		}
+	}
+	return nil
 }
 
 func versionAtLeast(v string, min [3]int) bool {

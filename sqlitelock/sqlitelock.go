@@ -77,6 +77,7 @@ type Driver struct {
 	busy  time.Duration
 
 	table                                        string // quoted
+	kinds, holders                               string // the kinds' tables, quoted
 	acquire, info, releaseLast, release, inspect *sql.Stmt
 
 	sig *signal // wake-up signals; nil when the database has no file

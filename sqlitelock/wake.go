@@ -36,7 +36,7 @@ type signal struct {
 
 	mu      sync.Mutex
 	hold    fileLocker        // this driver's exclusive byte locks; nil if unavailable
-	held    map[string]string // name → owner, of this driver's grants
+	held    map[string]string // name (or kindKey) → owner, of this driver's grants
 	offsets map[int64]int     // held names per offset (names may collide)
 	watches *sqlcommon.Watches
 	closed  bool
@@ -92,10 +92,15 @@ func offset(name string) int64 {
 
 // grant marks name as held by owner through this driver (a new grant) and
 // takes its byte.
+func (s *signal) grant(name, owner string) { s.grantKey(name, name, owner) }
+
+// grantKey is grant for a holder listed under key: a mutex under its name,
+// a reader, writer or permit under kindKey. Every holder of name in this
+// driver keeps name's byte until the last of them lets go.
 // A byte another description holds for an instant (a waiter being woken)
 // is retried briefly; if it stays busy (another name on the same byte, held
 // elsewhere) the grant simply gives no wake-up signal.
-func (s *signal) grant(name, owner string) {
+func (s *signal) grantKey(key, name, owner string) {
 	if s == nil {
 		return
 	}
@@ -104,11 +109,11 @@ func (s *signal) grant(name, owner string) {
 	if s.closed || s.hold == nil {
 		return
 	}
-	if _, ok := s.held[name]; ok {
-		s.held[name] = owner // a grant that lapsed here unreleased
+	if _, ok := s.held[key]; ok {
+		s.held[key] = owner // a grant that lapsed here unreleased
 		return
 	}
-	s.held[name] = owner
+	s.held[key] = owner
 	off := offset(name)
 	s.offsets[off]++
 	if s.offsets[off] > 1 {
@@ -126,16 +131,19 @@ func (s *signal) grant(name, owner string) {
 
 // released drops name's byte once owner no longer holds name (released,
 // or found expired).
-func (s *signal) released(name, owner string) {
+func (s *signal) released(name, owner string) { s.releasedKey(name, name, owner) }
+
+// releasedKey is released for a holder listed under key (see grantKey).
+func (s *signal) releasedKey(key, name, owner string) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if o, ok := s.held[name]; s.closed || !ok || o != owner {
+	if o, ok := s.held[key]; s.closed || !ok || o != owner {
 		return
 	}
-	delete(s.held, name)
+	delete(s.held, key)
 	off := offset(name)
 	if s.offsets[off]--; s.offsets[off] > 0 {
 		return

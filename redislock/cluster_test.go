@@ -146,6 +146,11 @@ func (h *clusterHarness) Drop(ctx context.Context, name string) error {
 	return err
 }
 
+func (h *clusterHarness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	_, err := redisscript.DropKind(ctx, h.admin, redisscript.KindKeysFor(DefaultKeyPrefix, name, k))
+	return err
+}
+
 func (h *clusterHarness) Config() locktest.Config {
 	return locktest.Config{TTL: time.Second, LockDelay: true, Clients: 3}
 }

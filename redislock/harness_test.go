@@ -53,6 +53,13 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 	return err
 }
 
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	_, err := redisscript.DropKind(ctx, h.admin, redisscript.KindKeysFor(DefaultKeyPrefix, name, k))
+	return err
+}
+
+var _ locktest.KindDropper = (*harness)(nil)
+
 func (h *harness) Config() locktest.Config {
 	return locktest.Config{TTL: time.Second, LockDelay: true, Clients: 3}
 }

@@ -163,6 +163,9 @@ var errClosed = fmt.Errorf("redislock: %w", dlock.ErrClosed)
 // grant that completes while Close runs is not returned but released by
 // Close.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.Kind != driver.Exclusive {
+		return d.tryKind(ctx, req)
+	}
 	return d.attempt(ctx, redisscript.KeysFor(d.prefix, req.Name), req, 0)
 }
 
@@ -211,6 +214,9 @@ const queueWait = 3 * time.Second
 // dlock.ErrClosed. A queue entry left behind by a crashed waiter is dropped
 // after queueWait. Grant.Sent is when the granting attempt was sent.
 func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.Kind != driver.Exclusive {
+		return d.acquireKind(ctx, req)
+	}
 	k := redisscript.KeysFor(d.prefix, req.Name)
 	sig := make(chan struct{}, 1)
 	var sub *redisscript.Sub
@@ -297,6 +303,9 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return 0, errClosed
 	}
 	defer d.gate.Exit()
+	if l.Kind != driver.Exclusive {
+		return d.releaseKind(ctx, l)
+	}
 	k := d.keys(l.Name, l.Handle)
 	remaining, held, err := redisscript.Release(ctx, d.client, k, l.Owner, l.Token)
 	if err != nil {
@@ -318,8 +327,22 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	}
 	defer d.gate.Exit()
 	items := make([]redisscript.RenewItem, len(ls))
+	ids := make([]string, len(ls)) // the grants' keys in the book
 	for i, l := range ls {
-		items[i] = redisscript.RenewItem{Lock: d.keys(l.Name, l.Handle).Lock, Owner: l.Owner, Token: l.Token, TTL: l.TTL}
+		items[i] = redisscript.RenewItem{Owner: l.Owner, Token: l.Token, TTL: l.TTL}
+		switch l.Kind {
+		case driver.Exclusive:
+			items[i].Lock = d.keys(l.Name, l.Handle).Lock
+		case driver.Write:
+			items[i].Lock = d.kindKeys(l).Writer
+		default:
+			kk := d.kindKeys(l)
+			items[i].Holders, items[i].Values = kk.Holders, kk.Values
+		}
+		ids[i] = items[i].Lock
+		if l.Kind != driver.Exclusive {
+			ids[i] = d.kindKeys(l).ID()
+		}
 	}
 	sent := time.Now()
 	errs, err := redisscript.Renew(ctx, d.client, items)
@@ -329,9 +352,9 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	for i, e := range errs {
 		switch {
 		case e == nil:
-			d.grants.Renewed(items[i].Lock, items[i].Owner, items[i].TTL, sent, true)
+			d.grants.Renewed(ids[i], items[i].Owner, items[i].TTL, sent, true)
 		case errors.Is(e, driver.ErrNotHeld):
-			d.grants.Renewed(items[i].Lock, items[i].Owner, items[i].TTL, sent, false)
+			d.grants.Renewed(ids[i], items[i].Owner, items[i].TTL, sent, false)
 		default:
 			errs[i] = ctxerr.Wrap(ctx, "redislock: renew", e)
 		}
@@ -362,7 +385,11 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 // were once taken included (they keep their fencing counter). ExpiresIn is
 // the time until the lock frees itself if nobody renews or releases it,
 // lock-delay included. Waiters is the length of the lock's waiter queue
-// (see Acquire). A name held by a key dlock
+// (see Acquire). A name's read/write lock (Kind Write: Owner and Count are
+// the writer's, or Readers the live readers and Count their holds, Waiters
+// the waiting writers) and semaphore (Kind Permit: Permits its stored
+// count, Holders the live holders, Count their holds) are listed after its
+// mutex, once used (their fencing counters stay). A name held by a key dlock
 // did not write is shown with Owner "?" (redisscript.ForeignOwner), Token 0,
 // Count 1 and ExpiresIn that key's PTTL, negative when it has none. It SCANs
 // the key space (on every primary of a cluster), so it is meant for status
@@ -378,7 +405,8 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	}
 	out := make([]driver.LockInfo, len(nodes))
 	for i, n := range nodes {
-		out[i] = driver.LockInfo{Name: n.Name, Owner: n.Owner, Token: n.Fence, Count: n.Count, ExpiresIn: n.PTTL, Waiters: n.Waiters}
+		out[i] = driver.LockInfo{Name: n.Name, Owner: n.Owner, Token: n.Fence, Count: n.Count, ExpiresIn: n.PTTL, Waiters: n.Waiters,
+			Kind: n.Kind, Readers: n.Readers, Permits: n.Permits, Holders: n.Holders}
 		if n.Foreign {
 			out[i].Owner = redisscript.ForeignOwner
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/driver"
 )
 
 // Gate lets a driver's Close wait for the calls in flight and refuse new
@@ -63,7 +65,8 @@ func (g *Gate) Stop() {
 
 // Held is one lock a driver granted and nobody has released yet.
 type Held struct {
-	Keys  Keys
+	Keys  Keys     // a mutex's keys (Kind.Kind is Exclusive)
+	Kind  KindKeys // the keys of a read/write lock or semaphore grant
 	Owner string
 	Holds int           // holds this driver granted (re-entries count)
 	TTL   time.Duration // of the last grant or renewal
@@ -125,6 +128,28 @@ func (g *Grants) prune(now time.Time) {
 		}
 	}
 	g.next = 2 * len(g.m)
+}
+
+// GrantedKind is Granted for a grant of kind kk.Kind (not Exclusive): it is
+// booked under kk.ID().
+func (g *Grants) GrantedKind(kk KindKeys, owner string, ttl time.Duration, sent time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[grantKey]*grantEntry{}
+	}
+	key := grantKey{kk.ID(), owner}
+	e := g.m[key]
+	if e == nil {
+		if len(g.m) >= max(g.next, minPrune) {
+			g.prune(time.Now())
+		}
+		e = &grantEntry{Held: Held{Kind: kk, Owner: owner}}
+		g.m[key] = e
+	}
+	e.Holds++
+	e.TTL = ttl
+	e.until = sent.Add(ttl)
 }
 
 // Released records the outcome of a release of one hold of lock by owner:
@@ -233,7 +258,16 @@ func releaseHeld(ctx context.Context, c redis.UniversalClient, hs []Held) error 
 	var cmds []*redis.Cmd
 	for _, h := range hs {
 		for range max(h.Holds, 1) {
-			cmds = append(cmds, pipe.Eval(ctx, releaseSrc, h.Keys.releaseKeys(), h.Owner, strconv.Itoa(0), h.Keys.Channel))
+			switch kk := h.Kind; kk.Kind {
+			case driver.Write:
+				cmds = append(cmds, pipe.Eval(ctx, writeReleaseSrc, []string{kk.Writer}, h.Owner, "0", kk.Channel))
+			case driver.Read:
+				cmds = append(cmds, pipe.Eval(ctx, setReleaseSrc, []string{kk.Holders, kk.Values}, h.Owner, "0", kk.Channel, "r"))
+			case driver.Permit:
+				cmds = append(cmds, pipe.Eval(ctx, setReleaseSrc, []string{kk.Holders, kk.Values}, h.Owner, "0", kk.Channel, "p"))
+			default:
+				cmds = append(cmds, pipe.Eval(ctx, releaseSrc, h.Keys.releaseKeys(), h.Owner, strconv.Itoa(0), h.Keys.Channel))
+			}
 		}
 	}
 	_, _ = pipe.Exec(ctx)

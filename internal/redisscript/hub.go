@@ -16,7 +16,9 @@ import (
 // connection to one server. Each channel is subscribed once per hub, when its
 // first waiter arrives, and unsubscribed when its last waiter leaves.
 //
-// A release message naming a queued waiter (token, newline, owner: see
+// A release message of a read/write lock or a semaphore (starting with
+// '*', see kindPrelude) wakes every waiter of the channel. A mutex's
+// release message naming a queued waiter (token, newline, owner: see
 // releaseSrc) wakes that waiter only, if it is registered on this hub with
 // SubscribeOwner, and nobody else. Any other release message wakes one
 // waiter of the hub, the one waiting longest that has no wake-up pending: only one waiter can win the lock, so waking
@@ -172,6 +174,13 @@ func (h *Hub) wakeOne(channel string) {
 // wakeFor delivers a release message: to the waiter it names, or else to
 // the oldest waiter (see Hub). h.mu must be held.
 func (h *Hub) wakeFor(channel, payload string) {
+	if strings.HasPrefix(payload, "*") {
+		// A release of a read/write lock or a semaphore (see
+		// kindPrelude): it may let several waiters in, of kinds the hub
+		// does not know.
+		h.wakeAll(channel)
+		return
+	}
 	i := strings.IndexByte(payload, '\n')
 	if i < 0 {
 		h.wakeOne(channel)

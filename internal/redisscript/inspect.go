@@ -3,6 +3,7 @@ package redisscript
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/driver"
 )
 
 // ForeignOwner is the Owner that status output shows for a lock held by a
@@ -33,9 +36,53 @@ type NodeLock struct {
 	Foreign bool
 	// Waiters is the number of entries in the lock's waiter queue (an
 	// entry whose waiter vanished counts until it is dropped, at most a
-	// few seconds later).
+	// few seconds later); for a read/write lock, the live waiting writer
+	// marks.
 	Waiters int
+	// Kind is Exclusive for a mutex, Write for a read/write lock, Permit
+	// for a semaphore. For the last two, Owner and Count are the writer's
+	// (or Count the readers' and holders' holds together), PTTL is until
+	// the last place ends, and:
+	Kind    driver.Kind
+	Readers int // live readers
+	Permits int // the semaphore's stored permit count (0 when free)
+	Holders int // live permit holders
 }
+
+// inspectKindSrc reads a read/write lock (ARGV[1] "rw"; KEYS writer,
+// readers, readers hash, marks, fence) or a semaphore (ARGV[1] "p"; KEYS
+// holders, holders hash, fence) without changing it. Returns {writer value
+// or false, writer PTTL, live holders, their holds, ms until the last place
+// ends, live marks, fence counter or false, permits}.
+var inspectKindSrc = kindPrelude + `
+local t = now()
+local w, wpttl, z, h, m, fk = false, 0, KEYS[1], KEYS[2], nil, KEYS[3]
+if ARGV[1] == 'rw' then
+  w = redis.pcall('GET', KEYS[1])
+  if type(w) ~= 'string' then w = false end
+  if w then wpttl = redis.call('PTTL', KEYS[1]) end
+  z, h, m, fk = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+end
+local live, holds, last, marks, permits = 0, 0, 0, 0, 0
+if typed(z, 'zset') and typed(h, 'hash') then
+  local all = redis.call('ZRANGEBYSCORE', z, '(' .. t, '+inf', 'WITHSCORES')
+  for i = 1, #all, 2 do
+    last = math.max(last, tonumber(all[i + 1]) - t)
+    local c, f, e = hparse(redis.call('HGET', h, all[i]) or '')
+    if c and tonumber(e) > t then
+      live = live + 1
+      holds = holds + tonumber(c)
+    end
+  end
+  if #all > 0 then permits = tonumber(redis.call('HGET', h, '') or '0') or 0 end
+end
+if m and typed(m, 'zset') then marks = redis.call('ZCOUNT', m, '(' .. t, '+inf') end
+local fv = redis.pcall('GET', fk)
+if type(fv) ~= 'string' then fv = false end
+return {w, wpttl, live, holds, last, marks, fv, permits}
+`
+
+var inspectKindScript = redis.NewScript(inspectKindSrc)
 
 // Inspect lists the locks under keyPrefix on the server(s) behind c whose
 // names start with namePrefix, sorted by name: every name with a lock key
@@ -45,14 +92,18 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 	var (
 		mu    sync.Mutex
 		names = map[string]bool{}
+		kinds = map[nameKind]bool{}
 	)
 	scan := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, pattern, 1000).Iterator()
 		for it.Next(ctx) {
-			name, _, ok := NameFromKey(keyPrefix, it.Val())
-			if ok && strings.HasPrefix(name, namePrefix) {
+			if name, _, ok := NameFromKey(keyPrefix, it.Val()); ok && strings.HasPrefix(name, namePrefix) {
 				mu.Lock()
 				names[name] = true
+				mu.Unlock()
+			} else if name, k, ok := KindFromKey(keyPrefix, it.Val()); ok && strings.HasPrefix(name, namePrefix) {
+				mu.Lock()
+				kinds[nameKind{name, k}] = true
 				mu.Unlock()
 			}
 		}
@@ -75,8 +126,12 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 		sorted = append(sorted, n)
 	}
 	sort.Strings(sorted)
+	kindLocks, err := inspectKinds(ctx, c, keyPrefix, kinds)
+	if err != nil {
+		return nil, err
+	}
 	if len(sorted) == 0 {
-		return nil, nil
+		return kindLocks, nil
 	}
 
 	type q struct {
@@ -137,6 +192,84 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 		}
 		if l.Foreign {
 			l.Count, l.Fence = 1, 0
+		}
+		out = append(out, l)
+	}
+	out = append(out, kindLocks...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out, nil
+}
+
+type nameKind struct {
+	name string
+	kind driver.Kind
+}
+
+// inspectKinds reads the read/write locks and semaphores in kinds, one
+// script call each, in one pipeline.
+func inspectKinds(ctx context.Context, c redis.UniversalClient, keyPrefix string, kinds map[nameKind]bool) ([]NodeLock, error) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	list := make([]nameKind, 0, len(kinds))
+	for nk := range kinds {
+		list = append(list, nk)
+	}
+	cmds := make([]*redis.Cmd, len(list))
+	run := func() error {
+		pipe := c.Pipeline()
+		for i, nk := range list {
+			kk := KindKeysFor(keyPrefix, nk.name, nk.kind)
+			if nk.kind == driver.Permit {
+				cmds[i] = inspectKindScript.EvalSha(ctx, pipe, []string{kk.Holders, kk.Values, kk.Fence}, "p")
+			} else {
+				cmds[i] = inspectKindScript.EvalSha(ctx, pipe, kk.rwKeys(), "rw")
+			}
+		}
+		_, err := pipe.Exec(ctx)
+		return err
+	}
+	if err := run(); err != nil && isNoScript(err) {
+		if err := inspectKindScript.Load(ctx, c).Err(); err != nil {
+			return nil, err
+		}
+		_ = run()
+	}
+	out := make([]NodeLock, 0, len(list))
+	for i, nk := range list {
+		v, err := cmds[i].Slice()
+		if err != nil {
+			return nil, err
+		}
+		if len(v) != 8 {
+			return nil, fmt.Errorf("unexpected reply from inspect script: %v", v)
+		}
+		num := func(x any) int {
+			n, _ := toInt(x)
+			return int(n)
+		}
+		l := NodeLock{Name: nk.name, Kind: nk.kind, Waiters: num(v[5]), PTTL: time.Duration(num(v[4])) * time.Millisecond}
+		if f, ok := v[6].(string); ok {
+			l.Fence, _ = strconv.ParseUint(f, 10, 64)
+		}
+		if nk.kind == driver.Permit {
+			l.Holders, l.Count, l.Permits = num(v[2]), num(v[3]), num(v[7])
+		} else {
+			l.Readers, l.Count = num(v[2]), num(v[3])
+			if w, ok := v[0].(string); ok {
+				if count, fence, owner, ok := ParseValue(w); ok {
+					l.Owner, l.Count = owner, count
+					l.Fence = max(l.Fence, fence)
+					l.PTTL = max(l.PTTL, time.Duration(num(v[1]))*time.Millisecond)
+				} else {
+					l.Foreign = true
+				}
+			}
 		}
 		out = append(out, l)
 	}

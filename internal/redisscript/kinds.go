@@ -24,8 +24,8 @@ import (
 //	P{E}:rw:ww     zset: waiting writer owner → the mark's end (server ms)
 //	P{E}:rw:fence  string: the fencing counter of reads and writes together
 //	P{E}:sem       zset: permit holder owner → its place's end
-//	P{E}:sem:h     hash: permit holder owner → count \n token \n expiry \n lock-delay
-//	P{E}:sem:n     string: the semaphore's permit count
+//	P{E}:sem:h     hash: permit holder owner → count \n token \n expiry \n lock-delay,
+//	               and the semaphore's permit count at the empty field "" (no owner is empty)
 //	P{E}:sem:fence string: the fencing counter of permits
 //
 // Every kind publishes its releases on the name's one release channel,
@@ -36,7 +36,6 @@ type KindKeys struct {
 	Holders string // Read: readers zset; Permit: holders zset
 	Values  string // Read: readers hash; Permit: holders hash
 	Marks   string // waiting writers (read/write lock only)
-	Permits string // the permit count (semaphore only)
 	Fence   string // the kind's fencing counter
 	Channel string // the name's release channel
 }
@@ -51,18 +50,27 @@ func KindKeysFor(prefix, name string, k driver.Kind) KindKeys {
 		kk.Writer, kk.Holders, kk.Values = base+":rw", base+":rw:r", base+":rw:rh"
 		kk.Marks, kk.Fence = base+":rw:ww", base+":rw:fence"
 	case driver.Permit:
-		kk.Holders, kk.Values = base+":sem", base+":sem:h"
-		kk.Permits, kk.Fence = base+":sem:n", base+":sem:fence"
+		kk.Holders, kk.Values, kk.Fence = base+":sem", base+":sem:h", base+":sem:fence"
 	default:
 		kk.Writer, kk.Fence = base, base+":fence"
 	}
 	return kk
 }
 
+// ID is the key a driver books a grant of this kind under (see
+// Grants.GrantedKind): the writer key for Write, the holders hash for Read
+// and Permit, never a mutex's lock key.
+func (kk KindKeys) ID() string {
+	if kk.Kind == driver.Read || kk.Kind == driver.Permit {
+		return kk.Values
+	}
+	return kk.Writer
+}
+
 // kindTails maps the tail of every key of a kind (after P{E}) to its kind.
 var kindTails = map[string]driver.Kind{
 	":rw": driver.Write, ":rw:r": driver.Write, ":rw:rh": driver.Write, ":rw:ww": driver.Write, ":rw:fence": driver.Write,
-	":sem": driver.Permit, ":sem:h": driver.Permit, ":sem:n": driver.Permit, ":sem:fence": driver.Permit,
+	":sem": driver.Permit, ":sem:h": driver.Permit, ":sem:fence": driver.Permit,
 }
 
 // KindFromKey returns the name and kind of a key of a read/write lock

@@ -13,10 +13,13 @@ import (
 
 // RenewItem is one lease to renew.
 type RenewItem struct {
-	Lock  string // the lock's key
+	Lock  string // the lock's key (a mutex's, or a read/write lock's writer key)
 	Owner string
 	Token uint64 // 0: do not check the token
 	TTL   time.Duration
+	// Holders and Values are, for a reader or a permit holder, the keys of
+	// its holder set (KindKeys.Holders and Values); Lock is then ignored.
+	Holders, Values string
 }
 
 // renewChunk bounds the keys of one renew script call, so that a tick with
@@ -24,7 +27,8 @@ type RenewItem struct {
 const renewChunk = 512
 
 // Renew extends every item on one server in one round trip: on a plain
-// *redis.Client the items go in chunks of multi-key script calls, on other
+// *redis.Client the items go in chunks of multi-key script calls (mutexes
+// and writers in one script, readers and permits in another), on other
 // clients (cluster, ring) as one script call per item; either way in one
 // pipeline. After a flushed script cache it takes one more round trip.
 //
@@ -41,61 +45,80 @@ func Renew(ctx context.Context, c redis.UniversalClient, items []RenewItem) (err
 		chunk = renewChunk
 	}
 	type call struct {
-		lo, hi int
+		script *redis.Script
+		idx    []int // the items of this call
 		keys   []string
 		args   []any
 		cmd    *redis.Cmd
 	}
-	calls := make([]*call, 0, (len(items)+chunk-1)/chunk)
-	for lo := 0; lo < len(items); lo += chunk {
-		hi := min(lo+chunk, len(items))
-		cl := &call{lo: lo, hi: hi, keys: make([]string, 0, hi-lo), args: make([]any, 0, 3*(hi-lo))}
-		for _, it := range items[lo:hi] {
-			cl.keys = append(cl.keys, it.Lock)
-			cl.args = append(cl.args, it.Owner, strconv.FormatUint(it.Token, 10), Millis(it.TTL))
+	var calls []*call
+	var cur [2]*call // open call per script: 0 mutex format, 1 holder set
+	for i, it := range items {
+		s := 0
+		if it.Holders != "" {
+			s = 1
 		}
-		calls = append(calls, cl)
+		cl := cur[s]
+		if cl == nil || len(cl.idx) == chunk {
+			cl = &call{script: renewScript}
+			if s == 1 {
+				cl.script = renewSetScript
+			}
+			cur[s] = cl
+			calls = append(calls, cl)
+		}
+		cl.idx = append(cl.idx, i)
+		if s == 1 {
+			cl.keys = append(cl.keys, it.Holders, it.Values)
+		} else {
+			cl.keys = append(cl.keys, it.Lock)
+		}
+		cl.args = append(cl.args, it.Owner, strconv.FormatUint(it.Token, 10), Millis(it.TTL))
 	}
 
 	run := func(cs []*call) error {
 		pipe := c.Pipeline()
 		for _, cl := range cs {
-			cl.cmd = renewScript.EvalSha(ctx, pipe, cl.keys, cl.args...)
+			cl.cmd = cl.script.EvalSha(ctx, pipe, cl.keys, cl.args...)
 		}
 		_, err := pipe.Exec(ctx)
 		return err
 	}
 	pipeErr := run(calls)
 	var missing []*call
+	loaded := map[*redis.Script]bool{}
 	for _, cl := range calls {
 		if isNoScript(cl.cmd.Err()) {
 			missing = append(missing, cl)
+			if !loaded[cl.script] {
+				loaded[cl.script] = true
+				if err := cl.script.Load(ctx, c).Err(); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	if len(missing) > 0 {
-		if err := renewScript.Load(ctx, c).Err(); err != nil {
-			return nil, err
-		}
 		pipeErr = run(missing)
 	}
 	sent := false
 	for _, cl := range calls {
 		if err := cl.cmd.Err(); err != nil {
-			for i := cl.lo; i < cl.hi; i++ {
+			for _, i := range cl.idx {
 				errs[i] = err
 			}
 			continue
 		}
 		sent = true
 		v, err := cl.cmd.Slice()
-		if err == nil && len(v) != cl.hi-cl.lo {
-			err = fmt.Errorf("renew script returned %d results for %d keys", len(v), cl.hi-cl.lo)
+		if err == nil && len(v) != len(cl.idx) {
+			err = fmt.Errorf("renew script returned %d results for %d leases", len(v), len(cl.idx))
 		}
-		for i := cl.lo; i < cl.hi; i++ {
+		for j, i := range cl.idx {
 			switch {
 			case err != nil:
 				errs[i] = err
-			case v[i-cl.lo] == int64(1):
+			case v[j] == int64(1):
 				errs[i] = nil
 			default:
 				errs[i] = driver.ErrNotHeld

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,9 +42,13 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 		Grant:   d.grant,
 	}
 	if req.LockDelay > 0 {
-		ops.Reenter = func(hd *handle) error { return d.setGuard(ctx, hd, req.Name, req.LockDelay) }
+		ops.Reenter = func(hd *handle) error { return d.setGuard(ctx, hd, req.LockDelay) }
 	}
-	return d.holds.Acquire(ctx, req.Name, req.Owner, wait, "etcdlock: acquire", ops)
+	if req.Kind != driver.Exclusive {
+		ops.Enqueue = func() (driver.Grant, error) { return d.enqueueKind(ctx, req, wait) }
+		ops.Again = nil
+	}
+	return d.holds.Acquire(ctx, sessionlock.HoldName(req.Kind, req.Name), req.Owner, wait, "etcdlock: acquire", ops)
 }
 
 // grant describes h. The lease was refreshed by a request sent at sent, so
@@ -51,7 +56,7 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 	h.confirmed.Record(sent)
 	return driver.Grant{
-		Token:  uint64(h.rev),
+		Token:  uint64(cmp.Or(h.token, h.rev)),
 		Count:  count,
 		TTL:    h.sess.ttl,
 		Sent:   sent,
@@ -114,10 +119,11 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	h := &handle{name: req.Name, slot: sess.takeSlot(req.Name), sess: sess}
+	h := &handle{name: req.Name, slotName: req.Name, slot: sess.takeSlot(req.Name), sess: sess}
 	h.key = d.slotKey(req.Name, sess.id, h.slot)
 	pfx := d.queuePrefix(req.Name)
 	guard := d.guardKey(req.Name)
+	h.guard = guard
 	resp, sent, err := commitRefreshed(sess, d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", 0)).
 		Then(clientv3.OpPut(h.key, req.Owner, clientv3.WithLease(sess.id)),
@@ -155,7 +161,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 		}
 	}
 	if req.LockDelay > 0 {
-		if err := d.setGuard(ctx, h, req.Name, req.LockDelay); err != nil {
+		if err := d.setGuard(ctx, h, req.LockDelay); err != nil {
 			d.discard(h, rev)
 			return driver.Grant{}, err
 		}
@@ -267,7 +273,7 @@ func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, crea
 // path never leaves a live key blocking the queue.
 func (d *Driver) discard(h *handle, rev int64) {
 	if d.tryDiscard(h.key, rev) == nil {
-		h.sess.freeSlot(h.name, h.slot)
+		h.sess.freeSlot(h.slotName, h.slot)
 		return
 	}
 	d.bg.Go(func() {
@@ -282,7 +288,7 @@ func (d *Driver) discard(h *handle, rev int64) {
 				return // the key went with the lease, and its slots with it
 			}
 			if d.tryDiscard(h.key, rev) == nil {
-				h.sess.freeSlot(h.name, h.slot)
+				h.sess.freeSlot(h.slotName, h.slot)
 				return
 			}
 			delay = min(2*delay, 2*time.Second)

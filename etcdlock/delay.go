@@ -82,8 +82,8 @@ func (s *session) delayLeases() []clientv3.LeaseID {
 	return ids
 }
 
-// setGuard writes h's lock-delay guard for name, if h's key is still there.
-func (d *Driver) setGuard(ctx context.Context, h *handle, name string, delay time.Duration) error {
+// setGuard writes h's lock-delay guard, if h's key is still there.
+func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) error {
 	id, err := d.delayLease(ctx, h.sess, delay)
 	if err != nil {
 		return err
@@ -94,7 +94,7 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, name string, delay tim
 	h.delay.Store(int64(delay))
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
-		Then(clientv3.OpPut(d.guardKey(name), h.key, clientv3.WithLease(id))).
+		Then(clientv3.OpPut(h.guard, h.key, clientv3.WithLease(id))).
 		Commit()
 	if err != nil {
 		return ctxerr.Wrap(ctx, "etcdlock: write lock-delay guard", err)
@@ -108,8 +108,8 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, name string, delay tim
 // armGuard re-binds the guard of h (whose key is gone) to a fresh lease of
 // TTL delay, so that the lock-delay runs from now rather than from when the
 // driver would stop refreshing its delay lease.
-func (d *Driver) armGuard(ctx context.Context, h *handle, name string, delay time.Duration) {
-	guard := d.guardKey(name)
+func (d *Driver) armGuard(ctx context.Context, h *handle, delay time.Duration) {
+	guard := h.guard
 	resp, err := d.cli.Get(ctx, guard)
 	if err != nil || len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != h.key {
 		return

@@ -182,13 +182,17 @@ var (
 
 // handle is the Grant.Handle of this driver.
 type handle struct {
-	key     string
-	name    string
-	slot    uint64 // the key's slot (see slots.go)
-	rev     int64
-	sess    *session
-	guarded atomic.Bool  // a lock-delay guard of this grant was written
-	delay   atomic.Int64 // the lock-delay of the last guard written, a time.Duration
+	key      string
+	name     string
+	kind     driver.Kind
+	slotName string // the name its slot is recorded under: sessionlock.HoldName(kind, name)
+	guard    string // its lock-delay guard key (see delay.go)
+	slot     uint64 // the key's slot (see slots.go)
+	rev      int64  // the key's create revision
+	token    int64  // the grant's token: rev, or the revision of the write that marked a waited grant (see touch)
+	sess     *session
+	guarded  atomic.Bool  // a lock-delay guard of this grant was written
+	delay    atomic.Int64 // the lock-delay of the last guard written, a time.Duration
 
 	confirmed sessionlock.Stamp // send time of the last request that proved the grant (see reap.go)
 

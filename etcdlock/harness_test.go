@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,52 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 	_, err = h.admin.Delete(ctx, string(resp.Kvs[0].Key))
 	return err
 }
+
+// DropKind deletes the keys of the current holders of kind k on name (the
+// readers older than the first writer, the writer at the head, or the
+// oldest keys up to the semaphore's size) and their lock-delay guards, as
+// if their leases had expired and their delays run out.
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	d := &Driver{}
+	base, guards := d.kindBase(k, name)
+	resp, err := h.admin.Get(ctx, base, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return err
+	}
+	var drop []string
+	for i, kv := range resp.Kvs {
+		rel := strings.TrimPrefix(string(kv.Key), base)
+		switch k {
+		case driver.Read:
+			if strings.HasPrefix(rel, "w/") {
+				i = len(resp.Kvs)
+			}
+		case driver.Write:
+			if i > 0 || !strings.HasPrefix(rel, "w/") {
+				i = len(resp.Kvs)
+			}
+		case driver.Permit:
+			if n, _, ok := parseSemValue(resp.Kvs[0].Value); !ok || i >= n {
+				i = len(resp.Kvs)
+			}
+		}
+		if i == len(resp.Kvs) {
+			break
+		}
+		drop = append(drop, string(kv.Key), guards+rel)
+	}
+	if len(drop) == 0 {
+		return fmt.Errorf("no %v holder of %q to drop", k, name)
+	}
+	ops := make([]clientv3.Op, len(drop))
+	for i, key := range drop {
+		ops[i] = clientv3.OpDelete(key)
+	}
+	_, err = h.admin.Txn(ctx).Then(ops...).Commit()
+	return err
+}
+
+var _ locktest.KindDropper = (*harness)(nil)
 
 func (h *harness) Config() locktest.Config {
 	return locktest.Config{TTL: testTTL, SessionBound: true, LockDelay: true}

@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sessionlock"
 )
 
 var _ driver.Inspector = (*Driver)(nil)
@@ -37,8 +39,22 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		key  string
 	}
 	queues := map[string]*queue{}
+	kinds := map[kindQueue][]*mvccpb.KeyValue{}
 	for _, kv := range resp.Kvs {
 		k := strings.TrimPrefix(string(kv.Key), d.prefix)
+		if j := strings.IndexByte(k, 0); j >= 0 {
+			name, ok := unescapeName(k[:j])
+			if !ok || !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			switch rest := k[j:]; {
+			case strings.HasPrefix(rest, rwMark):
+				kinds[kindQueue{name, driver.Write}] = append(kinds[kindQueue{name, driver.Write}], kv)
+			case strings.HasPrefix(rest, semMark):
+				kinds[kindQueue{name, driver.Permit}] = append(kinds[kindQueue{name, driver.Permit}], kv)
+			}
+			continue // a lock-delay guard, or a kind's queue key
+		}
 		i := strings.LastIndexByte(k, '/')
 		if i < 0 || !queueKey.MatchString(k[i+1:]) {
 			continue
@@ -63,8 +79,79 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		q.info.Count = d.holds.Count(q.info.Name, q.info.Owner, func(h *handle) bool { return h.key == q.key })
 		out = append(out, q.info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	for kq, kvs := range kinds {
+		out = append(out, d.inspectKind(kq, kvs))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Kind < out[j].Kind
+	})
 	return out, nil
+}
+
+// kindQueue is the queue of a read/write lock (kind Write) or a semaphore
+// (kind Permit) of a name.
+type kindQueue struct {
+	name string
+	kind driver.Kind
+}
+
+// inspectKind describes the read/write lock or semaphore whose queue keys
+// are kvs: the readers granted (the keys older than the first writer key)
+// or the writer, or the permits taken (the oldest keys, up to the size).
+// Token is the newest holder's; Owner is a writer's, or the one holder's.
+func (d *Driver) inspectKind(kq kindQueue, kvs []*mvccpb.KeyValue) driver.LockInfo {
+	sort.Slice(kvs, func(i, j int) bool { return kvs[i].CreateRevision < kvs[j].CreateRevision })
+	base, _ := d.kindBase(kq.kind, kq.name)
+	info := driver.LockInfo{Name: kq.name, Kind: kq.kind, ExpiresIn: -1}
+	held := 0
+	switch kq.kind {
+	case driver.Write:
+		for _, kv := range kvs {
+			w := strings.HasPrefix(string(kv.Key), base+"w/")
+			if w && held == 0 {
+				held = 1
+				info.Owner = string(kv.Value)
+				info.Count = d.holds.Count(sessionlock.HoldName(driver.Write, kq.name), info.Owner, func(h *handle) bool { return h.key == string(kv.Key) })
+				info.Token = uint64(kv.CreateRevision)
+				break
+			}
+			if w {
+				break
+			}
+			held++
+			info.Readers++
+			info.Token = uint64(kv.CreateRevision)
+			info.Owner = string(kv.Value)
+		}
+		if info.Readers > 1 {
+			info.Owner = ""
+		}
+		if info.Readers > 0 {
+			info.Count = info.Readers
+		}
+	case driver.Permit:
+		if n, _, ok := parseSemValue(kvs[0].Value); ok {
+			info.Permits = n
+		}
+		for _, kv := range kvs {
+			if held >= max(info.Permits, 1) {
+				break
+			}
+			held++
+			_, info.Owner, _ = parseSemValue(kv.Value)
+			info.Token = uint64(kv.CreateRevision)
+		}
+		info.Holders = held
+		info.Count = held
+		if held > 1 {
+			info.Owner = ""
+		}
+	}
+	info.Waiters = len(kvs) - held
+	return info
 }
 
 // unescapeName reverses escapeName; ok is false for a key segment that

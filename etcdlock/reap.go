@@ -67,7 +67,7 @@ func (d *Driver) reap(ctx context.Context, s *session) {
 		}
 		s.untrack(h)
 		if delay := time.Duration(h.delay.Load()); delay > 0 && h.guarded.Load() {
-			d.armGuard(ctx, h, h.name, delay)
+			d.armGuard(ctx, h, delay)
 		}
 	}
 }

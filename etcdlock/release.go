@@ -32,14 +32,14 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if !ok || hd == nil {
 		return 0, fmt.Errorf("etcdlock: release: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
 	}
-	n, nested, err := d.holds.Release(l.Name, l.Owner, hd,
+	n, nested, err := d.holds.Release(hd.slotName, l.Owner, hd,
 		func(hd *handle) (bool, time.Time, error) { return d.stillHeld(ctx, hd) },
 		func() error { return fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld) })
 	if nested || err != nil {
 		return n, err
 	}
 	if hd.guarded.Load() {
-		return d.releaseGuarded(ctx, hd, l.Name)
+		return d.releaseGuarded(ctx, hd)
 	}
 	s := hd.sess
 	s.mu.Lock()
@@ -70,13 +70,15 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	return 0, nil
 }
 
-// releaseGuarded deletes hd's key and the lock-delay guard of name in one
+// releaseGuarded deletes hd's key and its lock-delay guard in one
 // transaction guarded by the key's create revision: while the key is ours
-// no other holder can have written the guard, so the guard is ours too.
-func (d *Driver) releaseGuarded(ctx context.Context, hd *handle, name string) (int, error) {
+// no other holder can have written the guard (a mutex's guard is the lock's
+// one guard, written only by a holder; the other kinds' guards are each
+// holder's own), so the guard is ours too.
+func (d *Driver) releaseGuarded(ctx context.Context, hd *handle) (int, error) {
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", hd.rev)).
-		Then(clientv3.OpDelete(hd.key), clientv3.OpDelete(d.guardKey(name))).
+		Then(clientv3.OpDelete(hd.key), clientv3.OpDelete(hd.guard)).
 		Commit()
 	if err != nil {
 		// Still tracked: if no retry gets through, the keepalive loop

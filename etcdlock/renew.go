@@ -102,7 +102,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 				hd.sess.untrack(hd)
 				errs[i] = fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld)
 				if ls[i].LockDelay > 0 {
-					d.armGuard(ctx, hd, ls[i].Name, ls[i].LockDelay)
+					d.armGuard(ctx, hd, ls[i].LockDelay)
 				}
 			case serr != nil:
 				errs[i] = fmt.Errorf("etcdlock: keep lease alive: %w", serr)

@@ -102,5 +102,5 @@ func (s *session) settleLocked(h *handle) {
 		return
 	}
 	h.freed = true
-	s.freeSlotLocked(h.name, h.slot)
+	s.freeSlotLocked(h.slotName, h.slot)
 }

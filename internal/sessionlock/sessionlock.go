@@ -17,6 +17,20 @@ import (
 
 type holdKey struct{ name, owner string }
 
+// HoldName is the name under which Holds records a grant of kind k of the
+// lock name: name itself for a mutex, and a name no lock can have (names
+// hold no control characters) for the other kinds, so that the mutex, the
+// read/write lock and the semaphore of one name, and the read and write
+// sides of its read/write lock, are counted apart. Drivers pass it as the
+// name argument of Holds' methods, and may use it to key other per-lock
+// state.
+func HoldName(k driver.Kind, name string) string {
+	if k == driver.Exclusive {
+		return name
+	}
+	return "\x00" + k.String() + "\x00" + name
+}
+
 // hold is the local record of one (name, owner) grant.
 type hold[H comparable] struct {
 	h       H // the grant's handle; the zero H while the first acquire is in flight
@@ -24,7 +38,8 @@ type hold[H comparable] struct {
 	pending chan struct{} // non-nil while an acquire is in flight; closed when it ends
 }
 
-// Holds is a driver's record of the grants it holds, keyed by (name, owner):
+// Holds is a driver's record of the grants it holds, keyed by (name, owner)
+// (the name a HoldName, for kinds beyond the mutex):
 // the same owner taking the same name again through the same driver
 // increments a hold count instead of queueing behind itself. H is the
 // driver's handle type (a pointer). The zero value is ready to use; a Holds

@@ -1,0 +1,10 @@
+package etcdlock
+
+import (
+	"testing"
+
+	"github.com/dlock/dlock/internal/sessionlock/queuetest"
+)
+
+// TestKinds runs the read/write lock and semaphore tests shared with zklock.
+func TestKinds(t *testing.T) { queuetest.RunKinds(t, backend(t)) }

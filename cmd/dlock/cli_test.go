@@ -437,17 +437,17 @@ func TestStatus(t *testing.T) {
 	if len(lines) != 3 {
 		t.Fatalf("table:\n%s\nwant a header and two rows", te.stdout.String())
 	}
-	if f := strings.Fields(lines[0]); !reflect.DeepEqual(f, []string{"NAME", "HOLDER", "TOKEN", "EXPIRES-IN", "WAITERS"}) {
+	if f := strings.Fields(lines[0]); !reflect.DeepEqual(f, []string{"NAME", "TYPE", "HOLDER", "TOKEN", "EXPIRES-IN", "WAITERS"}) {
 		t.Fatalf("header %q", lines[0])
 	}
 	a := strings.Fields(lines[1])
-	if len(a) != 5 || a[0] != "jobs/a" || a[1] != "owner-012345" || a[2] != "1" || a[4] != "0" {
-		t.Fatalf("row %q, want jobs/a owner-012345 1 <expiry> 0", lines[1])
+	if len(a) != 6 || a[0] != "jobs/a" || a[1] != "mutex" || a[2] != "owner-012345" || a[3] != "1" || a[5] != "0" {
+		t.Fatalf("row %q, want jobs/a mutex owner-012345 1 <expiry> 0", lines[1])
 	}
-	if d, err := time.ParseDuration(a[3]); err != nil || d <= 50*time.Second || d > time.Minute {
-		t.Fatalf("expires-in %q, want just under 1m", a[3])
+	if d, err := time.ParseDuration(a[4]); err != nil || d <= 50*time.Second || d > time.Minute {
+		t.Fatalf("expires-in %q, want just under 1m", a[4])
 	}
-	if b := strings.Fields(lines[2]); !reflect.DeepEqual(b, []string{"jobs/b", "-", "1", "-", "0"}) {
+	if b := strings.Fields(lines[2]); !reflect.DeepEqual(b, []string{"jobs/b", "mutex", "-", "1", "-", "0"}) {
 		t.Fatalf("free row %q", lines[2])
 	}
 
@@ -467,8 +467,8 @@ func TestStatus(t *testing.T) {
 		for k := range r {
 			keys = append(keys, k)
 		}
-		if len(keys) != 6 {
-			t.Fatalf("row %v: keys %v, want name owner token count expires_in_ms waiters", r, keys)
+		if len(keys) != 10 {
+			t.Fatalf("row %v: keys %v, want name type owner token count expires_in_ms waiters readers holders permits", r, keys)
 		}
 	}
 	if r := rows[0]; r["name"] != "jobs/a" || r["owner"] != "owner-0123456789abcdef" || r["token"] != 1.0 || r["count"] != 1.0 {

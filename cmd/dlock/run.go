@@ -31,6 +31,15 @@ The backend URL comes from --url or --url-file, else $DLOCK_URL or
 $DLOCK_URL_FILE, else the SQLite default. A password in --url is visible to
 other users in ps; --url-file FILE keeps it in a file (mode 0600).
 
+NAME is a mutex by default. --shared and --exclusive take the read and the
+write side of NAME's read/write lock instead (like flock -s and -x: any number
+of --shared runs at once, or one --exclusive run; a waiting --exclusive run
+holds new --shared runs back). --permits N takes one of N permits of NAME's
+semaphore (like consul lock -n): at most N runs at once, and every run of the
+semaphore must give the same N. The mutex, the read/write lock and the
+semaphore called NAME are three different locks. A backend without read/write
+locks or semaphores refuses those flags (exit 64).
+
 By default run waits for the lock as long as it takes (like flock and
 consul lock); --wait bounds the wait and --no-wait makes a single attempt.
 
@@ -70,6 +79,9 @@ type runFlags struct {
 	killGrace time.Duration
 	owner     string
 	verbose   bool
+	shared    bool // the read side of NAME's read/write lock
+	exclusive bool // the write side of NAME's read/write lock
+	permits   int  // > 0: one permit of NAME's semaphore of this size
 }
 
 // defaultKillGrace is how long run lets CMD handle SIGTERM after a lost
@@ -87,6 +99,9 @@ func newRunCmd(e *env) *cobra.Command {
 		Long:  runLong,
 		Example: `  dlock run nightly-report -- ./report.sh
   dlock run --no-wait --ttl 1m deploy -- make deploy
+  dlock run --shared config -- ./read-config.sh     # readers share, like flock -s
+  dlock run --exclusive config -- ./write-config.sh # excludes the --shared runs
+  dlock run --permits 4 encoders -- ffmpeg ...      # at most 4 at once
   DLOCK_URL=redis://localhost:6379/0 dlock run --wait 5m orders/42 -- sh -c 'echo token $DLOCK_TOKEN'`,
 		Args: cobra.ArbitraryArgs, // checked in RunE, for clearer messages
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -97,6 +112,17 @@ func newRunCmd(e *env) *cobra.Command {
 			f.waitSet = cmd.Flags().Changed("wait")
 			if f.waitSet && f.noWait {
 				return usageErr(errors.New("run: --wait and --no-wait cannot be used together"))
+			}
+			if f.shared && f.exclusive {
+				return usageErr(errors.New("run: --shared and --exclusive cannot be used together (the read or the write side of the lock, not both)"))
+			}
+			if cmd.Flags().Changed("permits") {
+				if f.shared || f.exclusive {
+					return usageErr(errors.New("run: --permits cannot be used with --shared or --exclusive (a semaphore permit or a side of a read/write lock, not both)"))
+				}
+				if f.permits < 1 {
+					return usageErr(fmt.Errorf("run: --permits must be at least 1, got %d", f.permits))
+				}
 			}
 			return f.run(e, name, argv)
 		},
@@ -110,6 +136,9 @@ func newRunCmd(e *env) *cobra.Command {
 	fl.DurationVar(&f.killGrace, "kill-grace", defaultKillGrace, "after a lost lease, time between SIGTERM and SIGKILL to CMD (0: SIGKILL at once)")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print the backend (password masked) and whether its connection is TLS-verified on stderr")
 	fl.StringVar(&f.owner, "owner", "", "explicit owner id (printable ASCII): the same owner re-enters a lock it holds (default: a random id)")
+	fl.BoolVar(&f.shared, "shared", false, "take NAME's read/write lock for reading (like flock -s): any number of --shared runs at once, none while an --exclusive run holds or waits")
+	fl.BoolVar(&f.exclusive, "exclusive", false, "take NAME's read/write lock for writing (like flock -x): excludes --shared and other --exclusive runs of NAME (a run with neither flag takes the mutex NAME, a different lock)")
+	fl.IntVar(&f.permits, "permits", 0, "take one of N permits of NAME's semaphore: at most N runs at once (every run of NAME must give the same N)")
 	return cmd
 }
 
@@ -211,34 +240,68 @@ func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lea
 	if err != nil {
 		return nil, nil, &exitError{code: classify(err), err: err}
 	}
-	mu := client.NewMutex(name, &dlock.MutexOptions{TTL: f.ttl, LockDelay: f.lockDelay, Owner: f.owner})
+	opts := &dlock.MutexOptions{TTL: f.ttl, LockDelay: f.lockDelay, Owner: f.owner}
+	lock, try := f.lockFuncs(client, name, opts)
 	var (
 		lease   *dlock.Lease
 		expired bool // --wait ran out
 	)
 	switch {
 	case f.noWait || (f.waitSet && f.wait == 0):
-		lease, err = mu.TryLock(ctx)
+		lease, err = try(ctx)
 	case f.waitSet:
 		lctx, cancel := context.WithTimeout(ctx, f.wait)
-		lease, err = mu.Lock(lctx)
+		lease, err = lock(lctx)
 		expired = err != nil && ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded)
 		cancel()
 	default:
-		lease, err = mu.Lock(ctx)
+		lease, err = lock(ctx)
 	}
 	switch {
 	case err == nil:
 		return lease, client, nil
-	case errors.Is(err, dlock.ErrInvalid):
+	case errors.Is(err, dlock.ErrInvalid), errors.Is(err, dlock.ErrUnsupported):
+		// A flag the backend cannot honour (--shared, --permits, --lock-delay
+		// on a backend without them) is bad input for this backend.
 		return nil, client, usageErr(err)
 	case errors.Is(err, dlock.ErrLocked):
-		return nil, client, exitf(exitNotAcquired, "lock %q is held by another owner (not waiting)", name)
+		return nil, client, exitf(exitNotAcquired, "%s (not waiting)", f.heldMessage(name))
 	case expired:
 		return nil, client, exitf(exitNotAcquired, "lock %q not acquired within %v", name, f.wait)
 	default:
 		return nil, client, &exitError{code: classify(err), err: err}
 	}
+}
+
+// lockFuncs returns the waiting and one-shot acquire of the lock the flags
+// name: a mutex, a read lock (--shared) or a semaphore permit (--permits).
+func (f *runFlags) lockFuncs(c *dlock.Client, name string, opts *dlock.MutexOptions) (lock, try func(context.Context) (*dlock.Lease, error)) {
+	switch {
+	case f.shared:
+		rw := c.NewRWMutex(name, opts)
+		return rw.RLock, rw.TryRLock
+	case f.exclusive:
+		rw := c.NewRWMutex(name, opts)
+		return rw.Lock, rw.TryLock
+	case f.permits > 0:
+		sem := c.NewSemaphore(name, f.permits, opts)
+		return sem.Acquire, sem.TryAcquire
+	}
+	m := c.NewMutex(name, opts)
+	return m.Lock, m.TryLock
+}
+
+// heldMessage says why the lock the flags name was refused.
+func (f *runFlags) heldMessage(name string) string {
+	switch {
+	case f.shared:
+		return fmt.Sprintf("read/write lock %q is held or awaited by a writer", name)
+	case f.exclusive:
+		return fmt.Sprintf("read/write lock %q is held", name)
+	case f.permits > 0:
+		return fmt.Sprintf("all %d permits of semaphore %q are taken", f.permits, name)
+	}
+	return fmt.Sprintf("lock %q is held by another owner", name)
 }
 
 // runChild runs CMD under the lease, through a guard process (guard.go),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/spf13/cobra"
 )
 
@@ -18,17 +19,28 @@ const statusLong = `Status lists the locks whose names start with PREFIX (all lo
 on the backend, with their holder and last fencing token:
 
   NAME        the lock's name
-  HOLDER      the holder's owner id, shortened to 12 characters ("-" if free)
-  TOKEN       the last fencing token granted for the name
-  EXPIRES-IN  the holder's remaining lease ("-" if free or unknown, as on
-              session-bound backends)
+  TYPE        mutex, rwlock (a read/write lock: dlock run --shared or
+              --exclusive) or semaphore/N (N permits: dlock run --permits N)
+  HOLDER      the holder's owner id, shortened to 12 characters; for a
+              read/write lock held by readers "N readers", for a semaphore
+              "H of N" permits taken ("-" if free)
+  TOKEN       the last fencing token granted for the name and type
+  EXPIRES-IN  the holder's remaining lease, the longest of several holders'
+              ("-" if free or unknown, as on session-bound backends)
   WAITERS     processes waiting for it ("-" where the backend cannot tell)
 
+A name used as a mutex, a read/write lock and a semaphore is listed once per
+type: they are different locks.
+
 --json prints an array of objects instead, for scripts:
-  {"name": "...", "owner": "...", "token": 7, "count": 1,
-   "expires_in_ms": 2900, "waiters": null}
-owner is "" and count 0 when the lock is free; expires_in_ms and waiters are
-null when unknown.
+  {"name": "...", "type": "mutex", "owner": "...", "token": 7, "count": 1,
+   "expires_in_ms": 2900, "waiters": null, "readers": 0, "holders": 0,
+   "permits": 0}
+type is "mutex", "rwlock" or "semaphore"; owner is the holder (the writer of
+an rwlock, "" for readers and semaphores), count the hold count (0 when
+free); readers counts an rwlock's read holders; holders and permits are a
+semaphore's permits taken and its size. expires_in_ms and waiters are null
+when unknown.
 
 On stderr, status notes a connection over the network that is not verified
 TLS ("tls: none" or "tls: unverified", with the setting that decides it);
@@ -109,16 +121,36 @@ func inspect(e *env, src *urlFlags, verbose bool, prefix string) ([]dlock.LockIn
 // stable interface for scripts.
 type lockJSON struct {
 	Name        string `json:"name"`
+	Type        string `json:"type"`
 	Owner       string `json:"owner"`
 	Token       uint64 `json:"token"`
 	Count       int    `json:"count"`
 	ExpiresInMS *int64 `json:"expires_in_ms"`
 	Waiters     *int   `json:"waiters"`
+	Readers     int    `json:"readers"`
+	Holders     int    `json:"holders"`
+	Permits     int    `json:"permits"`
 }
 
+// lockType names a LockInfo's kind for status: a read/write lock is
+// reported under its Write kind whichever side is held.
+func lockType(li dlock.LockInfo) string {
+	switch li.Kind {
+	case driver.Read, driver.Write:
+		return "rwlock"
+	case driver.Permit:
+		return "semaphore"
+	}
+	return "mutex"
+}
+
+// held reports whether anyone holds the lock.
+func held(li dlock.LockInfo) bool { return li.Owner != "" || li.Readers > 0 || li.Holders > 0 }
+
 func toJSON(li dlock.LockInfo) lockJSON {
-	j := lockJSON{Name: li.Name, Owner: li.Owner, Token: li.Token, Count: li.Count}
-	if li.Owner == "" {
+	j := lockJSON{Name: li.Name, Type: lockType(li), Owner: li.Owner, Token: li.Token, Count: li.Count,
+		Readers: li.Readers, Holders: li.Holders, Permits: li.Permits}
+	if !held(li) {
 		zero := int64(0)
 		j.ExpiresInMS = &zero
 	} else if li.ExpiresIn >= 0 {
@@ -147,17 +179,28 @@ func writeJSON(w io.Writer, infos []dlock.LockInfo) error {
 
 func writeTable(w io.Writer, infos []dlock.LockInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tHOLDER\tTOKEN\tEXPIRES-IN\tWAITERS")
+	fmt.Fprintln(tw, "NAME\tTYPE\tHOLDER\tTOKEN\tEXPIRES-IN\tWAITERS")
 	for _, li := range infos {
-		holder, expires := "-", "-"
-		if li.Owner != "" {
+		typ, holder, expires := lockType(li), "-", "-"
+		switch {
+		case li.Kind == driver.Permit:
+			typ += "/" + strconv.Itoa(li.Permits)
+			if li.Holders > 0 {
+				holder = fmt.Sprintf("%d of %d", li.Holders, li.Permits)
+			}
+		case li.Owner != "":
 			holder = shorten(li.Owner, holderWidth)
 			if li.Count > 1 {
 				holder += " (x" + strconv.Itoa(li.Count) + ")"
 			}
-			if li.ExpiresIn >= 0 {
-				expires = roundDuration(li.ExpiresIn)
-			}
+			holder = printable(holder)
+		case li.Readers == 1:
+			holder = "1 reader"
+		case li.Readers > 1:
+			holder = strconv.Itoa(li.Readers) + " readers"
+		}
+		if held(li) && li.ExpiresIn >= 0 {
+			expires = roundDuration(li.ExpiresIn)
 		}
 		token := "-"
 		if li.Token > 0 {
@@ -167,7 +210,7 @@ func writeTable(w io.Writer, infos []dlock.LockInfo) error {
 		if li.Waiters >= 0 {
 			waiters = strconv.Itoa(li.Waiters)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(li.Name), printable(holder), token, expires, waiters)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(li.Name), typ, holder, token, expires, waiters)
 	}
 	if err := tw.Flush(); err != nil {
 		return exitf(exitInternal, "status: writing table: %v", err)

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -227,4 +228,68 @@ func TestClusterRenewSpreadsOverNodes(t *testing.T) {
 			t.Fatalf("%+v: not renewed to 20s", in)
 		}
 	}
+}
+
+// TestClusterMultiAcquire: on a cluster, names whose keys share a hash slot
+// are taken in one script; names in different slots are refused with
+// ErrUnsupported, with nothing taken (the dlock package then goes one by
+// one).
+func TestClusterMultiAcquire(t *testing.T) {
+	addrs := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	defer c.Close()
+	d, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	// Find two names in one slot (a birthday search over 16384 slots).
+	bySlot := map[int64]string{}
+	var same []string
+	for i := 0; same == nil; i++ {
+		n := fmt.Sprintf("slot-%d", i)
+		slot, err := c.ClusterKeySlot(ctx, redisscript.KeysFor(DefaultKeyPrefix, n).Lock).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := bySlot[slot]; ok {
+			same = []string{o, n}
+		}
+		bySlot[slot] = n
+	}
+	req := func(n string) driver.AcquireRequest {
+		return driver.AcquireRequest{Name: n, Owner: "multi", TTL: 10 * time.Second}
+	}
+	gs, err := d.TryAcquireMulti(ctx, []driver.AcquireRequest{req(same[0]), req(same[1])})
+	if err != nil || len(gs) != 2 {
+		t.Fatalf("names %v in one slot: %v, %v", same, gs, err)
+	}
+	for i, g := range gs {
+		if _, err := d.Release(ctx, driver.Lease{Name: same[i], Owner: "multi", Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := "slot-other"
+	for s, _ := c.ClusterKeySlot(ctx, redisscript.KeysFor(DefaultKeyPrefix, other).Lock).Result(); s == mustSlot(t, c, same[0]); s, _ = c.ClusterKeySlot(ctx, redisscript.KeysFor(DefaultKeyPrefix, other).Lock).Result() {
+		other += "x"
+	}
+	if _, err := d.TryAcquireMulti(ctx, []driver.AcquireRequest{req(same[0]), req(other)}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("names in two slots: %v, want ErrUnsupported", err)
+	}
+	for _, n := range []string{same[0], other} {
+		if c.Exists(ctx, redisscript.KeysFor(DefaultKeyPrefix, n).Lock).Val() != 0 {
+			t.Fatalf("%q taken by a refused multi-acquire", n)
+		}
+	}
+}
+
+func mustSlot(t *testing.T, c *redis.ClusterClient, name string) int64 {
+	t.Helper()
+	s, err := c.ClusterKeySlot(context.Background(), redisscript.KeysFor(DefaultKeyPrefix, name).Lock).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

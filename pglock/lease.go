@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/ctxerr"
 	"github.com/dlock/dlock/internal/sqlcommon"
@@ -19,6 +21,9 @@ var _ sqlcommon.Locker = leases{}
 // TryAcquire implements sqlcommon.Locker: one INSERT … ON CONFLICT … DO
 // UPDATE … WHERE <free or ours> RETURNING.
 func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.Kind != driver.Exclusive {
+		return d.acquireKind(ctx, req)
+	}
 	var (
 		won        bool
 		fence      int64
@@ -44,6 +49,9 @@ func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driv
 // Release implements sqlcommon.Locker; a release to zero NOTIFYs waiters
 // in the same statement.
 func (d leases) Release(ctx context.Context, l driver.Lease) (int, error) {
+	if l.Kind != driver.Exclusive {
+		return d.releaseKind(ctx, l)
+	}
 	var (
 		remaining int
 		notified  *bool
@@ -58,31 +66,53 @@ func (d leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 	return remaining, nil
 }
 
-type leaseKey struct {
-	name, owner string
-	fence       int64
-}
-
 // Renew implements sqlcommon.Locker: one UPDATE … FROM unnest(…) for all
-// of ls.
+// of ls, or, when ls mixes mutexes and other kinds, one statement with an
+// UPDATE of each table.
 func (d leases) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
-	names := make([]string, len(ls))
-	owners := make([]string, len(ls))
-	fences := make([]int64, len(ls))
-	ttls := make([]int64, len(ls))
-	delays := make([]int64, len(ls))
+	var mutexes, kinds []int
 	for i, l := range ls {
-		names[i], owners[i], fences[i] = l.Name, l.Owner, int64(l.Token)
-		ttls[i], delays[i] = micros(l.TTL), micros(l.LockDelay)
+		if l.Kind == driver.Exclusive {
+			mutexes = append(mutexes, i)
+		} else {
+			kinds = append(kinds, i)
+		}
 	}
-	rows, err := d.pool.Query(ctx, d.q.leaseRenew, names, owners, fences, ttls, delays)
+	names := make([]string, len(mutexes))
+	owners := make([]string, len(mutexes))
+	fences := make([]int64, len(mutexes))
+	ttls := make([]int64, len(mutexes))
+	delays := make([]int64, len(mutexes))
+	for j, i := range mutexes {
+		l := ls[i]
+		names[j], owners[j], fences[j] = l.Name, l.Owner, int64(l.Token)
+		ttls[j], delays[j] = micros(l.TTL), micros(l.LockDelay)
+	}
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	switch {
+	case len(kinds) == 0:
+		rows, err = d.pool.Query(ctx, d.q.leaseRenew, names, owners, fences, ttls, delays)
+	case len(mutexes) == 0:
+		rows, err = d.pool.Query(ctx, d.q.kindRenew, renewArgs(ls, kinds)...)
+	default:
+		rows, err = d.pool.Query(ctx, d.q.mixedRenew, append([]any{names, owners, fences, ttls, delays}, renewArgs(ls, kinds)...)...)
+	}
 	if err != nil {
 		return nil, ctxerr.Wrap(ctx, "pglock: renew", err)
 	}
-	renewed := make(map[leaseKey]bool, len(ls))
+	renewed := make(map[sqlcommon.LeaseKey]bool, len(ls))
 	for rows.Next() {
-		var k leaseKey
-		if err := rows.Scan(&k.name, &k.owner, &k.fence); err != nil {
+		var k sqlcommon.LeaseKey
+		var err error
+		if len(kinds) == 0 {
+			err = rows.Scan(&k.Name, &k.Owner, &k.Fence)
+		} else {
+			err = rows.Scan(&k.Name, &k.Owner, &k.Kind, &k.Fence)
+		}
+		if err != nil {
 			rows.Close()
 			return nil, ctxerr.Wrap(ctx, "pglock: renew", err)
 		}
@@ -93,7 +123,7 @@ func (d leases) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	}
 	errs := make([]error, len(ls))
 	for i, l := range ls {
-		if !renewed[leaseKey{l.Name, l.Owner, int64(l.Token)}] {
+		if !renewed[sqlcommon.KeyOf(l)] {
 			errs[i] = fmt.Errorf("pglock: renew: lease expired or taken over: %w", driver.ErrNotHeld)
 		}
 	}

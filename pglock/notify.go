@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -175,7 +176,13 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 			return err
 		}
 		l.mu.Lock()
-		l.wakeOne(n.Payload)
+		if name, ok := strings.CutPrefix(n.Payload, wakeAllPrefix); ok {
+			for s := range l.subs[name] {
+				s.wake()
+			}
+		} else {
+			l.wakeOne(n.Payload)
+		}
 		l.mu.Unlock()
 	}
 }

@@ -179,7 +179,22 @@ func (d *Driver) createSchema(ctx context.Context) error {
 	if d.mode == ModeRowLock {
 		stmts = append(stmts, d.q.createRowTable)
 	}
-	for _, s := range stmts {
+	stmts = append(stmts, d.q.createKinds, d.q.createHolders)
+	for i, s := range stmts {
+		if i == 1 {
+			// A table made by an older version lacks fence_floor (see
+			// RaiseFence). ALTER TABLE takes the table's strongest lock,
+			// even when the column exists, so it runs only when missing.
+			var has bool
+			if err := d.pool.QueryRow(ctx, d.q.hasFloor, d.table).Scan(&has); err != nil {
+				return fmt.Errorf("pglock: reading lock table %s: %w", d.table, err)
+			}
+			if !has {
+				if _, err := d.pool.Exec(ctx, d.q.addFloor); err != nil {
+					return fmt.Errorf("pglock: adding column fence_floor to lock table %s: %w", d.table, err)
+				}
+			}
+		}
 		if _, err := d.pool.Exec(ctx, s); err != nil {
 			// Two processes creating the table at once can race in the
 			// catalog; the loser sees a unique violation and the table exists.
@@ -194,6 +209,9 @@ func (d *Driver) createSchema(ctx context.Context) error {
 
 // TryAcquire implements driver.Driver.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if !d.SupportsKind(req.Kind) {
+		return driver.Grant{}, d.unsupported(req.Kind)
+	}
 	return d.base.TryAcquire(ctx, req)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
@@ -89,6 +90,24 @@ func terminate(ctx context.Context, admin *pgxpool.Pool, pid uint32) error {
 		return fmt.Errorf("pg_terminate_backend(%d) found no such backend", pid)
 	}
 	return nil
+}
+
+// DropKind forgets the current grants of kind k on name with no
+// lock-delay: a mutex's lease ends now (a session-mode holder's backend
+// is terminated, as Drop does); readers', a writer's or permits' rows are
+// deleted. Counters and stored permit counts stay.
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	if k == driver.Exclusive {
+		if h.mode != ModeLease {
+			return h.Drop(ctx, name)
+		}
+		_, err := h.admin.Exec(ctx, `UPDATE `+h.table+` SET lock_until = now(), delay_until = now()
+			WHERE name = $1 AND count > 0 AND lock_until > now()`, name)
+		return err
+	}
+	_, err := h.admin.Exec(ctx, `DELETE FROM `+h.table+`_holders WHERE name = $1 AND grp = $2 AND kind = $3`,
+		name, sqlcommon.Group(k), sqlcommon.HolderKind(k))
+	return err
 }
 
 func (h *harness) Config() locktest.Config {

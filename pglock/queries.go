@@ -19,7 +19,18 @@ type queries struct {
 	rowEnsure, rowLock, fenceBump, rowPing, rowNotify string
 
 	inspect, inspectAdvisory, inspectRow string
+
+	// The kinds (see kinds.go) and fence raising.
+	createKinds, createHolders, hasFloor, addFloor                 string
+	kindLock, kindHolders, kindSet, kindDelete, kindPut            string
+	kindRelease, kindRenew, mixedRenew, withdraw                   string
+	raiseMutex, raiseKind, multiCheck, inspectKinds, inspectHolder string
 }
+
+// nowUS is the server's clock in microseconds since the epoch, the unit
+// of the kinds' tables: clock_timestamp(), not now(), so that a statement
+// that waited for a row lock reads the time after the wait.
+const nowUS = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 
 func newQueries(table string) queries {
 	r := strings.NewReplacer("$T", table)
@@ -31,7 +42,8 @@ func newQueries(table string) queries {
 	fence       bigint NOT NULL DEFAULT 0,
 	lock_until  timestamptz NOT NULL DEFAULT '-infinity',
 	delay_until timestamptz NOT NULL DEFAULT '-infinity',
-	version     bigint NOT NULL DEFAULT 0
+	version     bigint NOT NULL DEFAULT 0,
+	fence_floor bigint NOT NULL DEFAULT 0
 )`)
 	q.createRowTable = r.Replace(`CREATE TABLE IF NOT EXISTS $T_rowlock (name text PRIMARY KEY)`)
 
@@ -45,7 +57,7 @@ func newQueries(table string) queries {
 	VALUES ($1, $2, 1, 1, now() + $3 * interval '1 microsecond', now() + ($3 + $4) * interval '1 microsecond', 1)
 	ON CONFLICT (name) DO UPDATE SET
 		count = CASE WHEN l.delay_until <= now() THEN 1 ELSE l.count + 1 END,
-		fence = CASE WHEN l.delay_until <= now() THEN l.fence + 1 ELSE l.fence END,
+		fence = CASE WHEN l.delay_until <= now() THEN GREATEST(l.fence, l.fence_floor) + 1 ELSE l.fence END,
 		owner = excluded.owner,
 		lock_until = excluded.lock_until,
 		delay_until = excluded.delay_until,
@@ -85,14 +97,14 @@ s AS MATERIALIZED (
 	FROM g WHERE g.ok),
 f AS (
 	INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 FROM g WHERE g.ok
-	ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, version = l.version + 1
+	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
 	RETURNING fence)
 SELECT g.ok, COALESCE((SELECT fence FROM f), 0), COALESCE((SELECT old FROM s), '') FROM g`)
 	// Before PostgreSQL 14 there is no idle_session_timeout.
 	q.advisoryAcquire13 = r.Replace(`WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
 f AS (
 	INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 FROM g WHERE g.ok
-	ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, version = l.version + 1
+	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
 	RETURNING fence)
 SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
 	q.advisoryRelease = `SELECT pg_advisory_unlock($1), (SELECT true FROM pg_notify($2, $3))`
@@ -106,7 +118,7 @@ SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
 	q.rowEnsure = r.Replace(`INSERT INTO $T_rowlock (name) VALUES ($1) ON CONFLICT DO NOTHING`)
 	q.rowLock = r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM $T_rowlock WHERE name = $1 FOR UPDATE NOWAIT`)
 	q.fenceBump = r.Replace(`INSERT INTO $T AS l (name, owner, fence) VALUES ($1, $2, 1)
-	ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, owner = excluded.owner, version = l.version + 1
+	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
 	RETURNING fence`)
 	q.rowPing = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
 	q.rowNotify = `SELECT pg_notify($1, $2)`
@@ -117,6 +129,72 @@ FROM $T WHERE left(name, char_length($1)) = $1 ORDER BY name`)
 	q.inspectAdvisory = `SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	q.inspectRow = r.Replace(`SELECT name FROM $T_rowlock WHERE left(name, char_length($1)) = $1 FOR KEY SHARE SKIP LOCKED`)
+	q.hasFloor = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'fence_floor' AND NOT attisdropped)`
+	q.addFloor = r.Replace(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS fence_floor bigint NOT NULL DEFAULT 0`)
+	q.createKinds = r.Replace(`CREATE TABLE IF NOT EXISTS $T_kinds (
+	name    text NOT NULL,
+	grp     smallint NOT NULL,
+	fence   bigint NOT NULL DEFAULT 0,
+	permits integer NOT NULL DEFAULT 0,
+	PRIMARY KEY (name, grp)
+)`)
+	q.createHolders = r.Replace(`CREATE TABLE IF NOT EXISTS $T_holders (
+	name        text NOT NULL,
+	grp         smallint NOT NULL,
+	owner       text NOT NULL,
+	kind        smallint NOT NULL,
+	count       integer NOT NULL,
+	fence       bigint NOT NULL,
+	lock_until  bigint NOT NULL,
+	delay_until bigint NOT NULL,
+	PRIMARY KEY (name, grp, owner, kind)
+)`)
+	q.kindLock = r.Replace(`INSERT INTO $T_kinds AS k (name, grp) VALUES ($1, $2)
+ON CONFLICT (name, grp) DO UPDATE SET fence = k.fence
+RETURNING fence, permits, ` + nowUS)
+	q.kindHolders = r.Replace(`SELECT owner, kind, count, fence, lock_until, delay_until FROM $T_holders WHERE name = $1 AND grp = $2`)
+	q.kindSet = r.Replace(`UPDATE $T_kinds SET fence = $3, permits = $4 WHERE name = $1 AND grp = $2`)
+	q.kindDelete = r.Replace(`DELETE FROM $T_holders AS h USING unnest($3::text[], $4::smallint[]) AS x(owner, kind)
+WHERE h.name = $1 AND h.grp = $2 AND h.owner = x.owner AND h.kind = x.kind`)
+	q.kindPut = r.Replace(`INSERT INTO $T_holders (name, grp, owner, kind, count, fence, lock_until, delay_until)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (name, grp, owner, kind) DO UPDATE SET count = excluded.count, fence = excluded.fence,
+	lock_until = excluded.lock_until, delay_until = excluded.delay_until`)
+	// The last hold's release deletes the row (its place is free at once,
+	// with no lock-delay) and NOTIFYs; an earlier one counts down.
+	holder := `name = $1 AND grp = $2 AND owner = $3 AND kind = $4 AND ($5 = 0 OR fence = $5) AND lock_until > ` + nowUS
+	q.kindRelease = r.Replace(`WITH d AS (DELETE FROM $T_holders WHERE ` + holder + ` AND count <= 1 RETURNING 0 AS count),
+u AS (UPDATE $T_holders SET count = count - 1 WHERE ` + holder + ` AND count > 1 RETURNING count),
+r AS (SELECT count FROM d UNION ALL SELECT count FROM u)
+SELECT count, CASE WHEN count = 0 THEN (SELECT true FROM pg_notify($6, $7)) END FROM r`)
+	kindRenew := `UPDATE $T_holders AS h SET lock_until = ` + nowUS + ` + x.ttl, delay_until = ` + nowUS + ` + x.ttl + x.delay
+FROM unnest($N1::text[], $N2::smallint[], $N3::text[], $N4::smallint[], $N5::bigint[], $N6::bigint[], $N7::bigint[]) AS x(name, grp, owner, kind, fence, ttl, delay)
+WHERE h.name = x.name AND h.grp = x.grp AND h.owner = x.owner AND h.kind = x.kind AND h.fence = x.fence AND h.lock_until > ` + nowUS + `
+RETURNING h.name, h.owner, h.kind::int, h.fence`
+	q.kindRenew = r.Replace(strings.NewReplacer("$N1", "$1", "$N2", "$2", "$N3", "$3", "$N4", "$4", "$N5", "$5", "$N6", "$6", "$N7", "$7").Replace(kindRenew))
+	// A renewal mixing mutexes and kinds is one statement: the mutexes'
+	// UPDATE (leaseRenew, $1-$5) and the holders' ($6-$12).
+	q.mixedRenew = `WITH a AS (` + q.leaseRenew + `), b AS (` +
+		r.Replace(strings.NewReplacer("$N1", "$6", "$N2", "$7", "$N3", "$8", "$N4", "$9", "$N5", "$10", "$N6", "$11", "$N7", "$12").Replace(kindRenew)) + `)
+SELECT name, owner, 0, fence FROM a UNION ALL SELECT * FROM b`
+	q.withdraw = r.Replace(`WITH d AS (DELETE FROM $T_holders WHERE name = $1 AND grp = $2 AND owner = $3 AND kind = $4 RETURNING 1)
+SELECT pg_notify($5, $6) FROM d LIMIT 1`)
+	// A held mutex keeps its token (its renewals and release match it):
+	// the raise waits in fence_floor, which the next new grant reads.
+	q.raiseMutex = r.Replace(`INSERT INTO $T AS l (name, fence) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET
+	fence = CASE WHEN l.count > 0 AND l.lock_until > now() THEN l.fence ELSE GREATEST(l.fence, excluded.fence) END,
+	fence_floor = CASE WHEN l.count > 0 AND l.lock_until > now() THEN GREATEST(l.fence_floor, excluded.fence) ELSE l.fence_floor END,
+	version = l.version + 1`)
+	q.raiseKind = r.Replace(`INSERT INTO $T_kinds AS k (name, grp, fence) VALUES ($1, $2, $3)
+ON CONFLICT (name, grp) DO UPDATE SET fence = GREATEST(k.fence, excluded.fence)`)
+	// The last statement of a multi-acquire batch: a division by zero,
+	// which rolls the whole batch (one implicit transaction) back, unless
+	// the owner now holds every name. now() is the transaction's start,
+	// from which every grant of the batch counted its lease.
+	q.multiCheck = r.Replace(`SELECT 1 / (count(*) = $3)::int FROM $T WHERE name = ANY($1) AND owner = $2 AND count > 0 AND lock_until > now()`)
+	q.inspectKinds = r.Replace(`SELECT name, grp, fence, permits, ` + nowUS + ` FROM $T_kinds WHERE left(name, char_length($1)) = $1`)
+	q.inspectHolder = r.Replace(`SELECT name, grp, owner, kind, count, fence, lock_until, delay_until FROM $T_holders WHERE left(name, char_length($1)) = $1`)
 	return q
 }
 

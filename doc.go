@@ -47,6 +47,28 @@
 // Time that decides expiry is the backend's (Redis TIME and PX, SQL now(),
 // etcd and ZooKeeper sessions), never a comparison of two machines' clocks.
 //
+// # Lock types
+//
+// Besides the Mutex, a Client hands out three more lock types, with the
+// Mutex's guarantees (leases that renew themselves, loss never silent,
+// fencing tokens, lock-delay, owner-only release):
+//
+//   - RWMutex (NewRWMutex): any number of readers (RLock) or one writer
+//     (Lock). Writer preference: once a writer waits, new readers wait
+//     behind it, so writers never starve. Every grant, read or write,
+//     carries a token above every earlier grant of the name's RWMutex.
+//   - Semaphore (NewSemaphore): at most N holders (Acquire). Holders must
+//     agree on N while the semaphore is in use; a different N is refused
+//     with ErrInvalid.
+//   - MultiMutex (NewMultiMutex): the Mutexes of several names, all or
+//     none, taken in sorted order so that overlapping sets never deadlock.
+//     Its MultiLease is lost when any part is.
+//
+// The Mutex, the RWMutex and the Semaphore of one name are three different
+// locks. A backend that has no read/write locks or semaphores (its driver
+// lacks driver.Kinder for them) refuses them with ErrUnsupported rather
+// than handing out a mutex instead.
+//
 // # Waiting
 //
 // Lock waits for the lock. Backends that can notify (Redis pub/sub,
@@ -85,7 +107,8 @@
 //
 // # Concurrency and resources
 //
-// Client, Mutex and Lease are safe for concurrent use. A Client runs one
+// Client, Mutex, RWMutex, Semaphore, MultiMutex, Lease and MultiLease are
+// safe for concurrent use. A Client runs one
 // renewal goroutine that renews all of its leases in one driver call per
 // tick. Close releases every lease and stops every goroutine the Client
 // started.

@@ -167,7 +167,11 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 	return c, nil
 }
 
-// LockInfo describes one lock, as Inspect reports it.
+// LockInfo describes one lock, as Inspect reports it. Kind tells a mutex
+// (driver.Exclusive) from a read/write lock (driver.Write, whichever side is
+// held; Readers counts its read holders) and a semaphore (driver.Permit;
+// Permits is its size, Holders the permits taken). A name used as several
+// lock types is listed once per type.
 type LockInfo = driver.LockInfo
 
 // Inspect lists the locks whose names start with prefix, for status output.

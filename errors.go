@@ -65,7 +65,7 @@ func invalid(arg, format string, args ...any) error {
 // driver's error. Errors that are sentinels of this package or context errors
 // are returned as they are, not wrapped in an OpError.
 type OpError struct {
-	Op   string // "lock", "trylock", "unlock", "extend", "renew", "open", "inspect"
+	Op   string // "lock", "trylock", "rlock", "tryrlock", "acquire", "tryacquire", "unlock", "extend", "renew", "open", "inspect", "new" (a lock type the backend lacks)
 	Name string // the lock's name, empty for client-wide operations
 	Err  error
 }

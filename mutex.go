@@ -39,7 +39,7 @@ func (c *Client) newLock(name string, k driver.Kind, permits int, opts *MutexOpt
 		m.err = err
 		return m
 	}
-	if err := checkKind(c.d, k); err != nil {
+	if err := checkKind(c.d, name, k); err != nil {
 		m.err = err
 		return m
 	}
@@ -50,7 +50,7 @@ func (c *Client) newLock(name string, k driver.Kind, permits int, opts *MutexOpt
 // checkKind refuses a lock kind the driver does not implement, so that a
 // backend without read/write locks or semaphores never grants a plain mutex
 // in their place.
-func checkKind(d driver.Driver, k driver.Kind) error {
+func checkKind(d driver.Driver, name string, k driver.Kind) error {
 	if k == driver.Exclusive {
 		return nil
 	}
@@ -61,7 +61,7 @@ func checkKind(d driver.Driver, k driver.Kind) error {
 	if k == driver.Permit {
 		what = "semaphores"
 	}
-	return &OpError{Op: "new", Err: fmt.Errorf("this backend (%T) has no %s (%s grants): %w", d, what, k, ErrUnsupported)}
+	return &OpError{Op: "new", Name: name, Err: fmt.Errorf("this backend (%T) has no %s (%s grants): %w", d, what, k, ErrUnsupported)}
 }
 
 // ops names a lock kind's waiting and one-shot operations in errors.

@@ -150,7 +150,7 @@ func (s *suite) testMultiNoDeadlock(t *testing.T) {
 					set = set[:2+rand.N(2)]
 					ml, err := c.NewMultiMutex(set, nil).Lock(ctx)
 					if err != nil {
-						fail(fmt.Errorf("Lock(%q): %w (a deadlock ends at the test's deadline)", set, err))
+						fail(fmt.Errorf("lock(%q): %w (a deadlock ends at the test's deadline)", set, err))
 						return
 					}
 					mu.Lock()
@@ -169,7 +169,7 @@ func (s *suite) testMultiNoDeadlock(t *testing.T) {
 					}
 					mu.Unlock()
 					if err := ml.Unlock(context.Background()); err != nil {
-						fail(fmt.Errorf("Unlock: %w", err))
+						fail(fmt.Errorf("unlock: %w", err))
 						return
 					}
 				}

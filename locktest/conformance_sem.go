@@ -74,7 +74,7 @@ func (s *suite) testSemLimit(t *testing.T) {
 					l, err := sem.Acquire(ctx)
 					cancel()
 					if err != nil {
-						fail(fmt.Errorf("Acquire: %w", err))
+						fail(fmt.Errorf("acquire: %w", err))
 						return
 					}
 					mu.Lock()
@@ -98,7 +98,7 @@ func (s *suite) testSemLimit(t *testing.T) {
 					inside--
 					mu.Unlock()
 					if err := l.Unlock(context.Background()); err != nil {
-						fail(fmt.Errorf("Unlock: %w", err))
+						fail(fmt.Errorf("unlock: %w", err))
 						return
 					}
 				}

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,13 @@ func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bo
 		}
 		return d.setGuard(ctx, hd, req.LockDelay)
 	}
-	return d.holds.Acquire(ctx, req.Name, req.Owner, wait, "zklock: acquire", ops)
+	switch req.Kind {
+	case driver.Read, driver.Write:
+		ops.Enqueue = func() (driver.Grant, error) { return d.enqueueRW(ctx, req, wait) }
+	case driver.Permit:
+		ops.Enqueue = func() (driver.Grant, error) { return d.enqueuePermit(ctx, req, wait) }
+	}
+	return d.holds.Acquire(ctx, sessionlock.HoldName(req.Kind, req.Name), req.Owner, wait, "zklock: acquire", ops)
 }
 
 // checker is stillHeld on ctx, with the send time of its request.
@@ -66,7 +73,7 @@ func (d *Driver) checker(ctx context.Context) sessionlock.Check[*handle] {
 // grant describes h, confirmed by a request sent at sent.
 func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 	return driver.Grant{
-		Token:  uint64(h.czxid),
+		Token:  uint64(cmp.Or(h.token, h.czxid)),
 		Count:  count,
 		TTL:    h.sess.ttl,
 		Sent:   sent,

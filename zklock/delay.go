@@ -38,17 +38,17 @@ const guardName = "dlock-delay"
 
 const armed = "armed"
 
-// setGuard creates h's lock-delay guard.
+// setGuard creates h's lock-delay guard, h.guardPath.
 func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) error {
 	conn := h.sess.l.conn
-	parent, own := splitPath(h.path)
+	_, own := splitPath(h.path)
 	data := own + "\n" + strconv.FormatInt(delay.Milliseconds(), 10)
 	_, err := do(ctx, func() (string, error) {
-		return conn.Create(parent+"/"+guardName, []byte(data), zk.FlagPersistent, d.acl)
+		return conn.Create(h.guardPath, []byte(data), zk.FlagPersistent, d.acl)
 	})
 	if errors.Is(err, zk.ErrNodeExists) {
 		// Ours from an earlier hold (another delay): rewrite it.
-		_, err = do(ctx, func() (*zk.Stat, error) { return conn.Set(parent+"/"+guardName, []byte(data), -1) })
+		_, err = do(ctx, func() (*zk.Stat, error) { return conn.Set(h.guardPath, []byte(data), -1) })
 	}
 	if err != nil {
 		return ctxerr.Wrap(ctx, "zklock: create lock-delay guard", err)
@@ -61,14 +61,13 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 func (d *Driver) deleteHeld(h *handle) error {
 	conn := h.sess.l.conn
 	if h.guarded.Load() {
-		parent, _ := splitPath(h.path)
-		_, err := conn.Multi(&zk.DeleteRequest{Path: h.path, Version: 0}, &zk.DeleteRequest{Path: parent + "/" + guardName, Version: -1})
+		_, err := conn.Multi(&zk.DeleteRequest{Path: h.path, Version: h.version}, &zk.DeleteRequest{Path: h.guardPath, Version: -1})
 		if err == nil || connLoss(err) {
 			return err
 		}
 		// The guard or the node is gone: delete the node alone.
 	}
-	return conn.Delete(h.path, 0)
+	return conn.Delete(h.path, h.version)
 }
 
 // checkGuard looks, through conn, at the guard in parent for the request whose node own is
@@ -76,7 +75,14 @@ func (d *Driver) deleteHeld(h *handle) error {
 // when the guard is gone and the queue should be read again, or -1 when the
 // guard is own's and does not stand in the way.
 func (d *Driver) checkGuard(ctx context.Context, conn *zk.Conn, parent, own string) (time.Duration, error) {
-	gp := parent + "/" + guardName
+	return d.checkGuardAt(ctx, conn, parent+"/"+guardName, func(holder string) bool { return holder == own })
+}
+
+// checkGuardAt looks, through conn, at the guard gp. It returns how long
+// the lock must stay unavailable, 0 when the guard is gone (or was just
+// deleted as expired) and the caller should look again, or -1 when its
+// holder is live (live(holder)) and the guard does not stand in the way.
+func (d *Driver) checkGuardAt(ctx context.Context, conn *zk.Conn, gp string, live func(holder string) bool) (time.Duration, error) {
 	type got struct {
 		data []byte
 		st   *zk.Stat
@@ -97,7 +103,7 @@ func (d *Driver) checkGuard(ctx context.Context, conn *zk.Conn, parent, own stri
 		return 0, fmt.Errorf("zklock: lock-delay guard %s holds %q", gp, g.data)
 	}
 	delay := time.Duration(ms) * time.Millisecond
-	if holder == own {
+	if holder != armed && live(holder) {
 		return -1, nil
 	}
 	if holder != armed {

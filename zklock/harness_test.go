@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -136,6 +137,60 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 	}
 	return h.admin.Delete(parent+"/"+q[0], -1)
 }
+
+// DropKind deletes the nodes of the current holders of kind k on name (the
+// readers before the first writer, the writer at the head, or the leases up
+// to the semaphore's size) and their lock-delay guards, as if their
+// sessions had expired and their delays run out.
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	d := &Driver{root: DefaultRoot}
+	path := d.kindPath(k, name)
+	dir, guard := path, kindGuard+"r-"
+	var holders []string
+	if k == driver.Permit {
+		dir, guard = path+"/leases", kindGuard
+		data, _, err := h.admin.Get(path)
+		if err != nil {
+			return err
+		}
+		cs, _, err := h.admin.Children(dir)
+		if err != nil {
+			return err
+		}
+		holders = curatorSort(cs, leaseMark)
+		if n := len(data); n == 4 {
+			holders = holders[:min(len(holders), int(binary.BigEndian.Uint32(data)))]
+		}
+	} else {
+		cs, _, err := h.admin.Children(path)
+		if err != nil {
+			return err
+		}
+		var write bool
+		holders, write = rwHolders(curatorSort(cs, readMark, writeMark))
+		if write != (k == driver.Write) {
+			holders = nil
+		}
+		if write {
+			guard = kindGuard + "w-"
+		}
+	}
+	if len(holders) == 0 {
+		return fmt.Errorf("no %v holder of %q to drop", k, name)
+	}
+	for _, n := range holders {
+		if err := h.admin.Delete(dir+"/"+n, -1); err != nil {
+			return err
+		}
+		id, _ := protectedID(n)
+		if err := h.admin.Delete(path+"/"+guard+id, -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ locktest.KindDropper = (*harness)(nil)
 
 func (h *harness) Config() locktest.Config {
 	return locktest.Config{TTL: testSession, SessionBound: true, LockDelay: true}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -52,9 +53,24 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 				out = append(out, info)
 			}
 		}
+		if rel != "" && strings.HasPrefix(unescapeName(rel), prefix) {
+			for _, k := range []struct {
+				node string
+				kind driver.Kind
+			}{{rwNode, driver.Write}, {semNode, driver.Permit}} {
+				if !slices.Contains(children, k.node) {
+					continue
+				}
+				if info, ok, err := d.inspectKind(ctx, conn, unescapeName(rel), path+"/"+k.node, k.kind); err != nil {
+					return err
+				} else if ok {
+					out = append(out, info)
+				}
+			}
+		}
 		sort.Strings(children)
 		for _, c := range children {
-			if contender.MatchString(c) || c == guardName {
+			if contender.MatchString(c) || c == guardName || c == rwNode || c == semNode {
 				continue
 			}
 			sub := c
@@ -76,7 +92,12 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	if err := walk(""); err != nil {
 		return nil, fmt.Errorf("zklock: inspect: %w", err)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Kind < out[j].Kind
+	})
 	return out, nil
 }
 

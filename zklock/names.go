@@ -89,7 +89,7 @@ func escapeName(name string, atRoot bool) string {
 			esc(seg)
 			continue
 		}
-		if (i == 0 && atRoot && seg == "zookeeper") || seg == guardName {
+		if (i == 0 && atRoot && seg == "zookeeper") || seg == guardName || seg == rwNode || seg == semNode {
 			esc(seg[:1])
 			seg = seg[1:]
 		}

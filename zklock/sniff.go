@@ -18,7 +18,6 @@ package zklock
 import (
 	"encoding/binary"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,20 +68,22 @@ func (c *creates) done(prefix, path string) (created, bool) {
 
 // saw records a successful reply whose body starts with the string path,
 // received on session at zxid, if it answers an announced create: a lock
-// node's name is its prefix (which ends with nodeMarker) and a sequence
-// number.
+// node's name is its prefix and a sequence number of 10 characters.
 func (c *creates) saw(path string, zxid, session int64) {
-	i := strings.LastIndex(path, nodeMarker)
-	if i < 0 {
+	if len(path) <= seqLen {
 		return
 	}
-	prefix := path[:i+len(nodeMarker)]
+	prefix := path[:len(path)-seqLen]
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
 	if r, ok := c.want[prefix]; ok && r == nil {
 		c.want[prefix] = &created{path: path, zxid: zxid, session: session}
 	}
 }
+
+// seqLen is the length of the sequence number ZooKeeper appends to a
+// sequential node's name (%010d).
+const seqLen = 10
 
 // maxSniff bounds the bytes of a reply body looked at: a header and a path.
 const maxSniff = 16 + 4 + 4096

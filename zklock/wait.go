@@ -165,7 +165,7 @@ func (t *turn) look(ctx context.Context, children []string, sent time.Time) (g d
 		g, done, err := t.awaitDelay(ctx, sent)
 		return g, "", done, err
 	case i == 0:
-		h := &handle{path: t.path, czxid: t.czxid, sess: t.sess}
+		h := &handle{path: t.path, czxid: t.czxid, sess: t.sess, guardPath: t.parent + "/" + guardName}
 		if t.delay > 0 {
 			if err := t.d.setGuard(ctx, h, t.delay); err != nil {
 				return g, "", true, err
@@ -197,7 +197,7 @@ func (t *turn) awaitDelay(ctx context.Context, sent time.Time) (driver.Grant, bo
 	case left == 0:
 		return driver.Grant{}, false, nil // guard gone: look again
 	case left < 0:
-		return t.d.grant(&handle{path: t.path, czxid: t.czxid, sess: t.sess}, 1, sent), true, nil
+		return t.d.grant(&handle{path: t.path, czxid: t.czxid, sess: t.sess, guardPath: t.parent + "/" + guardName}, 1, sent), true, nil
 	case !t.wait:
 		return driver.Grant{}, true, &driver.LockedError{RetryAfter: left}
 	}

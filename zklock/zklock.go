@@ -195,6 +195,11 @@ type handle struct {
 	czxid   int64
 	sess    *session
 	guarded atomic.Bool // a lock-delay guard of this grant exists (see delay.go)
+
+	kind      driver.Kind
+	guardPath string // the lock-delay guard node of this grant
+	version   int32  // the node's data version (1 once a kind's grant wrote its token, see kinds.go)
+	token     int64  // the token when it is not czxid (see kinds.go)
 }
 
 // New returns a driver over conn. The driver does not close conn: Close stops

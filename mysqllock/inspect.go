@@ -15,9 +15,24 @@ import (
 // LOCKED, which for an instant conflicts with a concurrent NOWAIT attempt on
 // the same row). Session-bound holders report ExpiresIn -1 and Count 1 (the
 // re-entrance count lives in the holder's process). Waiters are not counted
-// (-1).
+// (-1). In ModeLease the read/write locks and semaphores under prefix
+// follow each name's mutex (see driver.LockInfo).
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	return d.base.Inspect(ctx, prefix, d.sess != nil, d.list, d.held)
+	list := d.list
+	if d.mode == ModeLease {
+		list = func(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+			out, err := d.list(ctx, prefix)
+			if err != nil {
+				return nil, err
+			}
+			kinds, err := d.inspectKinds(ctx, prefix)
+			if err != nil {
+				return nil, err
+			}
+			return sqlcommon.MergeInfos(out, kinds), nil
+		}
+	}
+	return d.base.Inspect(ctx, prefix, d.sess != nil, list, d.held)
 }
 
 // list reads the lock table's rows under prefix.

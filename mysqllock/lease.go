@@ -30,6 +30,9 @@ func newLeases(st *store) *leases {
 // TryAcquire implements sqlcommon.Locker: one INSERT … ON DUPLICATE KEY
 // UPDATE whose outcome comes back in LAST_INSERT_ID.
 func (d *leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.Kind != driver.Exclusive {
+		return d.acquireKind(ctx, req)
+	}
 	ttl := sqlcommon.Micros(req.TTL)
 	ttld := ttl + sqlcommon.Micros(req.LockDelay)
 	res, err := d.acquireStmt.exec(ctx, d.db, map[string][2]any{
@@ -62,6 +65,9 @@ func (d *leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 
 // Release implements sqlcommon.Locker.
 func (d *leases) Release(ctx context.Context, l driver.Lease) (int, error) {
+	if l.Kind != driver.Exclusive {
+		return d.releaseKind(ctx, l)
+	}
 	res, err := d.releaseStmt.exec(ctx, d.db, map[string][2]any{
 		"{K}": {[]byte(l.Name), hexLit(l.Name)},
 		"{O}": {[]byte(l.Owner), hexLit(l.Owner)},
@@ -104,16 +110,21 @@ type leaseKey struct {
 func (d *leases) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	type group struct {
 		ttl, ttld int64
+		kinds     bool // read, write or permit leases (the _holders table)
 		idx       []int
 	}
 	var groups []*group
-	byKey := map[[2]int64]*group{}
+	byKey := map[[3]int64]*group{}
 	for i, l := range ls {
 		ttl := sqlcommon.Micros(l.TTL)
-		k := [2]int64{ttl, ttl + sqlcommon.Micros(l.LockDelay)}
+		var kinds int64
+		if l.Kind != driver.Exclusive {
+			kinds = 1
+		}
+		k := [3]int64{ttl, ttl + sqlcommon.Micros(l.LockDelay), kinds}
 		g := byKey[k]
 		if g == nil {
-			g = &group{ttl: k[0], ttld: k[1]}
+			g = &group{ttl: k[0], ttld: k[1], kinds: kinds == 1}
 			byKey[k] = g
 			groups = append(groups, g)
 		}
@@ -124,7 +135,11 @@ func (d *leases) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	for _, g := range groups {
 		for start := 0; start < len(g.idx); start += renewBatch {
 			idx := g.idx[start:min(start+renewBatch, len(g.idx))]
-			if err := d.renewChunk(ctx, ls, idx, g.ttl, g.ttld, errs); err != nil {
+			chunk := d.renewChunk
+			if g.kinds {
+				chunk = d.renewKindChunk
+			}
+			if err := chunk(ctx, ls, idx, g.ttl, g.ttld, errs); err != nil {
 				if first {
 					return nil, err
 				}

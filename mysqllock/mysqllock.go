@@ -99,6 +99,7 @@ type Driver struct {
 	// leaseSig keeps ModeLease's wake-up signals; nil in the session
 	// modes, whose pinned sessions keep their own.
 	leaseSig *leaseSignals
+	lease    *leases            // ModeLease's Locker; nil in the session modes
 	watches  *sqlcommon.Watches // waiters' waits for signals
 	// held tells Inspect which of the listed locks are held.
 	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
@@ -161,6 +162,7 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)
 	if l, ok := locker.(*leases); ok {
 		l.watches = d.watches
+		d.lease = l
 	}
 	return d, nil
 }
@@ -184,11 +186,32 @@ func (d *Driver) createSchema(ctx context.Context) error {
 			return fmt.Errorf("mysqllock: creating lock table %s: %w", d.table, err)
 		}
 	}
+	// A table made by an older version lacks fence_floor (see
+	// RaiseFence); it is added in place, once (ALTER TABLE copies or locks
+	// the table, so only when missing; a concurrent addition's duplicate
+	// column error, 1060, means it is there).
+	var n int
+	if err := d.db.QueryRowContext(ctx, d.q.hasFloor).Scan(&n); err != nil {
+		return fmt.Errorf("mysqllock: reading lock table %s: %w", d.table, err)
+	}
+	if n == 0 {
+		if _, err := d.db.ExecContext(ctx, d.q.addFloor); err != nil && errNumber(err) != 1060 {
+			return fmt.Errorf("mysqllock: adding column fence_floor to lock table %s: %w", d.table, err)
+		}
+	}
+	for _, s := range []string{d.q.createKinds, d.q.createHolders} {
+		if _, err := d.db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("mysqllock: creating lock table %s: %w", d.table, err)
+		}
+	}
 	return nil
 }
 
 // TryAcquire implements driver.Driver.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if !d.SupportsKind(req.Kind) {
+		return driver.Grant{}, d.unsupported(req.Kind)
+	}
 	return d.base.TryAcquire(ctx, req)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
@@ -92,6 +93,24 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 		}
 	}
 	return fmt.Errorf("no holder of %q among this harness's drivers", name)
+}
+
+// DropKind forgets the current grants of kind k on name with no
+// lock-delay: a mutex's lease ends now (a session-mode holder's
+// connection is KILLed, as Drop does); readers', a writer's or permits'
+// rows are deleted. Counters and stored permit counts stay.
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	if k == driver.Exclusive {
+		if h.mode != ModeLease {
+			return h.Drop(ctx, name)
+		}
+		_, err := h.admin.ExecContext(ctx, `UPDATE `+h.table+` SET lock_until = UTC_TIMESTAMP(6), delay_until = UTC_TIMESTAMP(6)
+			WHERE name = ? AND `+"`count`"+` > 0 AND lock_until > UTC_TIMESTAMP(6)`, []byte(name))
+		return err
+	}
+	_, err := h.admin.ExecContext(ctx, `DELETE FROM `+h.table+`_holders WHERE name = ? AND grp = ? AND kind = ?`,
+		[]byte(name), sqlcommon.Group(k), sqlcommon.HolderKind(k))
+	return err
 }
 
 func (h *harness) Config() locktest.Config {

@@ -48,7 +48,17 @@ type queries struct {
 	signalWait string
 
 	ping, inspect, inspectRow string
+
+	// The kinds (see kinds.go) and fence raising.
+	hasFloor, addFloor, createKinds, createHolders                 string
+	kindRead, kindEnsure, kindSet, kindDelete, kindPut             string
+	kindReleaseLast, kindRelease, kindRenew, kindRenewed, withdraw string
+	raiseMutex, raiseKind, inspectKinds, inspectHolders            string
 }
+
+// nowUS is the server's clock in microseconds since the epoch, the unit of
+// the kinds' tables.
+const nowUS = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 
 func newQueries(table string) queries {
 	r := strings.NewReplacer("$T", table)
@@ -60,7 +70,8 @@ func newQueries(table string) queries {
 		"fence BIGINT UNSIGNED NOT NULL DEFAULT 0, " +
 		"lock_until DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00', " +
 		"delay_until DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00', " +
-		"version BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB")
+		"version BIGINT UNSIGNED NOT NULL DEFAULT 0, " +
+		"fence_floor BIGINT UNSIGNED NOT NULL DEFAULT 0) ENGINE=InnoDB")
 	q.createRowTable = r.Replace("CREATE TABLE IF NOT EXISTS $T_rowlock (name VARBINARY(255) NOT NULL PRIMARY KEY) ENGINE=InnoDB")
 
 	// MySQL evaluates ON DUPLICATE KEY UPDATE assignments left to right,
@@ -79,11 +90,11 @@ func newQueries(table string) queries {
 		"LAST_INSERT_ID(" + strconv.Itoa(1<<countBits|1) + ") - " + strconv.Itoa(1<<countBits) + ") " +
 		"ON DUPLICATE KEY UPDATE " +
 		"version = IF(LAST_INSERT_ID(IF(" + win + ", " +
-		"(IF(" + free + ", fence + 1, fence) << " + strconv.Itoa(countBits) + ") | IF(" + free + ", 1, `count` + 1), " +
+		"(IF(" + free + ", GREATEST(fence, fence_floor) + 1, fence) << " + strconv.Itoa(countBits) + ") | IF(" + free + ", 1, `count` + 1), " +
 		strconv.FormatUint(lockedFlag, 10) + " + GREATEST(0, TIMESTAMPDIFF(MICROSECOND, {N}, delay_until)))) >= " +
 		strconv.FormatUint(lockedFlag, 10) + ", version, version + 1), " +
 		"`count` = IF(" + ours + ", `count` + 1, IF(" + free + ", 1, `count`)), " +
-		"fence = IF(" + free + ", fence + 1, fence), " +
+		"fence = IF(" + free + ", GREATEST(fence, fence_floor) + 1, fence), " +
 		"owner = IF(" + win + ", {O}, owner), " +
 		"lock_until = IF(" + free + " OR (lock_until > {N} AND owner = {O}), {N} + INTERVAL {TTL} MICROSECOND, lock_until), " +
 		"delay_until = IF(lock_until > {N} AND owner = {O}, {N} + INTERVAL {TTLD} MICROSECOND, delay_until)"
@@ -115,7 +126,7 @@ func newQueries(table string) queries {
 	// one branch), and gives it up after {L} at release.
 	q.getLock = "SET SESSION wait_timeout = IF(GET_LOCK({L}, 0) = 1, {WT} + 0 * COALESCE(GET_LOCK({W}, 0), 0), @@SESSION.wait_timeout)"
 	q.fenceInsert = r.Replace("INSERT INTO $T (name, owner, fence) SELECT {K}, {O}, LAST_INSERT_ID(1) FROM DUAL WHERE IS_USED_LOCK({L}) = CONNECTION_ID() " +
-		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1), owner = {O}, version = version + 1")
+		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence, fence_floor) + 1), owner = {O}, version = version + 1")
 	q.getLockRelease = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_LOCK({L}), @dlock_signal = RELEASE_LOCK({W})"
 
 	// rowlock: autocommit off (so the locking read opens a transaction that
@@ -124,7 +135,7 @@ func newQueries(table string) queries {
 	q.rowLock = r.Replace("SELECT 1 FROM $T_rowlock WHERE name = {K} FOR UPDATE NOWAIT")
 	q.rowEnsure = r.Replace("INSERT IGNORE INTO $T_rowlock (name) VALUES ({K})")
 	q.fenceBump = r.Replace("INSERT INTO $T (name, owner, fence) VALUES ({K}, {O}, LAST_INSERT_ID(1)) " +
-		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1), owner = {O}, version = version + 1")
+		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence, fence_floor) + 1), owner = {O}, version = version + 1")
 	// The confirmation after the fence increment also takes the wake-up
 	// signal; the release (also that of a refused attempt, which holds no
 	// signal: RELEASE_LOCK then changes nothing) gives it up.
@@ -142,6 +153,45 @@ func newQueries(table string) queries {
 		"IF(`count` > 0 AND lock_until > UTC_TIMESTAMP(6), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lock_until), 0) " +
 		"FROM $T WHERE LEFT(name, LENGTH({P})) = {P} ORDER BY name")
 	q.inspectRow = r.Replace("SELECT name FROM $T_rowlock WHERE LEFT(name, LENGTH({P})) = {P} FOR UPDATE SKIP LOCKED")
+	q.hasFloor = r.Replace("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '$T' AND COLUMN_NAME = 'fence_floor'")
+	q.addFloor = r.Replace("ALTER TABLE $T ADD COLUMN fence_floor BIGINT UNSIGNED NOT NULL DEFAULT 0")
+	q.createKinds = r.Replace("CREATE TABLE IF NOT EXISTS $T_kinds (" +
+		"name VARBINARY(255) NOT NULL, grp SMALLINT NOT NULL, " +
+		"fence BIGINT UNSIGNED NOT NULL DEFAULT 0, permits INT NOT NULL DEFAULT 0, " +
+		"PRIMARY KEY (name, grp)) ENGINE=InnoDB")
+	q.createHolders = r.Replace("CREATE TABLE IF NOT EXISTS $T_holders (" +
+		"name VARBINARY(255) NOT NULL, grp SMALLINT NOT NULL, owner VARBINARY(128) NOT NULL, kind SMALLINT NOT NULL, " +
+		"`count` INT NOT NULL, fence BIGINT UNSIGNED NOT NULL, lock_until BIGINT NOT NULL, delay_until BIGINT NOT NULL, " +
+		"PRIMARY KEY (name, grp, owner, kind)) ENGINE=InnoDB")
+	// The lock's _kinds row and its holders in one locking read: the
+	// row locks are taken (the _kinds row first), and a locking read sees
+	// the latest committed rows whatever the isolation level.
+	q.kindRead = r.Replace("SELECT k.fence, k.permits, " + nowUS + ", h.owner, h.kind, h.`count`, h.fence, h.lock_until, h.delay_until " +
+		"FROM $T_kinds k LEFT JOIN $T_holders h ON h.name = k.name AND h.grp = k.grp " +
+		"WHERE k.name = {K} AND k.grp = {G} FOR UPDATE")
+	q.kindEnsure = r.Replace("INSERT IGNORE INTO $T_kinds (name, grp) VALUES ({K}, {G})")
+	q.kindSet = r.Replace("UPDATE $T_kinds SET fence = {F}, permits = {P} WHERE name = {K} AND grp = {G}")
+	q.kindDelete = r.Replace("DELETE FROM $T_holders WHERE name = {K} AND grp = {G} AND (owner, kind) IN ({ROWS})")
+	q.kindPut = r.Replace("INSERT INTO $T_holders (name, grp, owner, kind, `count`, fence, lock_until, delay_until) " +
+		"VALUES ({K}, {G}, {O}, {KIND}, {C}, {F}, {LU}, {DU}) " +
+		"ON DUPLICATE KEY UPDATE `count` = {C}, fence = {F}, lock_until = {LU}, delay_until = {DU}")
+	holder := "name = {K} AND grp = {G} AND owner = {O} AND kind = {KIND} AND ({F} = 0 OR fence = {F}) AND lock_until > " + nowUS
+	q.kindReleaseLast = r.Replace("DELETE FROM $T_holders WHERE " + holder + " AND `count` <= 1")
+	q.kindRelease = r.Replace("UPDATE $T_holders SET `count` = LAST_INSERT_ID(`count` - 1) WHERE " + holder + " AND `count` > 1")
+	q.kindRenew = r.Replace("UPDATE $T_holders SET lock_until = " + nowUS + " + {TTL}, delay_until = " + nowUS + " + {TTLD} " +
+		"WHERE (name, grp, owner, kind, fence) IN ({ROWS}) AND lock_until > " + nowUS)
+	q.kindRenewed = r.Replace("SELECT name, owner, kind, fence FROM $T_holders WHERE name IN ({KEYS}) AND lock_until > " + nowUS)
+	q.withdraw = r.Replace("DELETE FROM $T_holders WHERE name = {K} AND grp = {G} AND owner = {O} AND kind = {KIND}")
+	// A held mutex keeps its token (its renewals and release match it):
+	// the raise waits in fence_floor, which the next new grant reads.
+	// fence_floor is assigned first, so both read the old fence.
+	live := "(`count` > 0 AND lock_until > UTC_TIMESTAMP(6))"
+	q.raiseMutex = r.Replace("INSERT INTO $T (name, fence) VALUES ({K}, {F}) ON DUPLICATE KEY UPDATE " +
+		"fence_floor = IF(" + live + ", GREATEST(fence_floor, {F}), fence_floor), " +
+		"fence = IF(" + live + ", fence, GREATEST(fence, {F})), version = version + 1")
+	q.raiseKind = r.Replace("INSERT INTO $T_kinds (name, grp, fence) VALUES ({K}, {G}, {F}) ON DUPLICATE KEY UPDATE fence = GREATEST(fence, {F})")
+	q.inspectKinds = r.Replace("SELECT name, grp, fence, permits, " + nowUS + " FROM $T_kinds WHERE LEFT(name, LENGTH({P})) = {P}")
+	q.inspectHolders = r.Replace("SELECT name, grp, owner, kind, `count`, fence, lock_until, delay_until FROM $T_holders WHERE LEFT(name, LENGTH({P})) = {P}")
 	return q
 }
 

@@ -124,6 +124,7 @@ type leaseSignals struct {
 }
 
 type leaseSignal struct {
+	signal     string // the GET_LOCK name, SignalName of the lock's name
 	owner      string
 	want, have bool        // the signal should be / was last sent to be kept
 	sending    bool        // a change is on its way to the server
@@ -160,6 +161,14 @@ func (ls *leaseSignals) poke() {
 // when the lock is contended (this driver has waiters for it, or was
 // refused it lately), otherwise after signalDelay.
 func (ls *leaseSignals) grant(name, owner string, contended bool) {
+	ls.grantKey(name, name, owner, contended)
+}
+
+// grantKey is grant for a holder listed under key: a mutex under its
+// name, a reader, writer or permit under kindKey. Holders of one name in
+// this driver all take name's signal on the one connection (GET_LOCK
+// nests within a session), so it is free once the last lets go.
+func (ls *leaseSignals) grantKey(key, name, owner string, contended bool) {
 	if n := ls.st.db.Stats().MaxOpenConnections; n > 0 && n < minSignalPool {
 		return // the pool is too small to spare a connection
 	}
@@ -168,10 +177,10 @@ func (ls *leaseSignals) grant(name, owner string, contended bool) {
 	if ls.closed {
 		return
 	}
-	e := ls.names[name]
+	e := ls.names[key]
 	if e == nil {
-		e = &leaseSignal{}
-		ls.names[name] = e
+		e = &leaseSignal{signal: SignalName(name)}
+		ls.names[key] = e
 	}
 	e.owner = owner
 	if e.want {
@@ -191,7 +200,7 @@ func (ls *leaseSignals) grant(name, owner string, contended bool) {
 	e.timer = time.AfterFunc(signalDelay, func() {
 		ls.mu.Lock()
 		defer ls.mu.Unlock()
-		if ls.closed || ls.names[name] != e || e.timer == nil {
+		if ls.closed || ls.names[key] != e || e.timer == nil {
 			return
 		}
 		e.timer = nil
@@ -236,9 +245,14 @@ func (ls *leaseSignals) contended(name string, watches *sqlcommon.Watches) bool 
 // by signalReleaseWait), so that waiters are woken before the releaser can
 // take the lock again.
 func (ls *leaseSignals) released(name, owner string) <-chan struct{} {
+	return ls.releasedKey(name, owner)
+}
+
+// releasedKey is released for a holder listed under key (see grantKey).
+func (ls *leaseSignals) releasedKey(key, owner string) <-chan struct{} {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	e := ls.names[name]
+	e := ls.names[key]
 	if ls.closed || e == nil || e.owner != owner {
 		return nil
 	}
@@ -248,7 +262,7 @@ func (ls *leaseSignals) released(name, owner string) <-chan struct{} {
 	}
 	e.want = false
 	if !e.have && !e.sending {
-		ls.forget(name, e)
+		ls.forget(key, e)
 		return nil
 	}
 	if e.gone == nil {
@@ -310,9 +324,9 @@ func (ls *leaseSignals) run(ctx context.Context) {
 				e.sending = true
 				names, sent = append(names, n), append(sent, e.want)
 				if e.want {
-					exprs = append(exprs, "GET_LOCK("+hexLit(SignalName(n))+", 0)")
+					exprs = append(exprs, "GET_LOCK("+hexLit(e.signal)+", 0)")
 				} else {
-					exprs = append(exprs, "RELEASE_LOCK("+hexLit(SignalName(n))+")")
+					exprs = append(exprs, "RELEASE_LOCK("+hexLit(e.signal)+")")
 				}
 			}
 			keep = keep || e.have || e.want

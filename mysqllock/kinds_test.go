@@ -1,0 +1,67 @@
+package mysqllock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
+	"github.com/dlock/dlock/locktest"
+)
+
+var _ locktest.KindDropper = (*harness)(nil)
+
+func leaseOpener(t *testing.T) sqltest.Open { return newTestHarness(t, ModeLease).NewDriver }
+
+func TestKinds(t *testing.T)      { sqltest.Kinds(t, leaseOpener(t)) }
+func TestKindWakes(t *testing.T)  { sqltest.KindWakes(t, leaseOpener(t)) }
+func TestMulti(t *testing.T)      { sqltest.Multi(t, leaseOpener(t)) }
+func TestRaiseFence(t *testing.T) { sqltest.RaiseFence(t, leaseOpener(t)) }
+
+// TestSessionModesRefuseKinds: the session modes hold mutexes only; a
+// kind asked of them directly is refused with ErrUnsupported, as is a
+// multi-acquire, and never granted as a mutex. Their mutex fence can be
+// raised.
+const kindTTL = 10 * time.Second
+
+func TestSessionModesRefuseKinds(t *testing.T) {
+	ctx := context.Background()
+	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			dn, err := newTestHarness(t, mode).NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dn.Close()
+			d := dn.(*Driver)
+			name := randomName("sessionkinds")
+			for _, k := range []driver.Kind{driver.Read, driver.Write, driver.Permit} {
+				if d.SupportsKind(k) {
+					t.Errorf("SupportsKind(%s) in mode %s", k, mode)
+				}
+				_, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "a", TTL: kindTTL, Kind: k, Permits: 1})
+				if !errors.Is(err, driver.ErrUnsupported) {
+					t.Errorf("TryAcquire %s in mode %s: %v, want ErrUnsupported", k, mode, err)
+				}
+			}
+			if _, err := d.TryAcquireMulti(ctx, []driver.AcquireRequest{{Name: name, Owner: "a", TTL: kindTTL}}); !errors.Is(err, driver.ErrUnsupported) {
+				t.Errorf("TryAcquireMulti in mode %s: %v, want ErrUnsupported", mode, err)
+			}
+			if err := d.RaiseFence(ctx, name, driver.Exclusive, 99); err != nil {
+				t.Fatal(err)
+			}
+			g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "a", TTL: kindTTL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Token != 100 {
+				t.Errorf("token %d after a raise to 99, want 100", g.Token)
+			}
+			if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "a", Token: g.Token, Handle: g.Handle, TTL: kindTTL}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

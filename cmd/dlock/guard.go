@@ -132,13 +132,16 @@ func guardMain(args []string, stderr io.Writer) int {
 	fmt.Fprintf(report, "ok %d\n", pid)
 	report.Close()
 
-	dead := make(chan struct{})
+	lifeEnded := make(chan struct{})
 	go func() {
 		// dlock never writes: any return is end of file (or the pipe
 		// failing, treated alike: dlock cannot be relied on any more).
 		_, _ = io.Copy(io.Discard, life)
-		close(dead)
+		close(lifeEnded)
 	}()
+	// dead is the loop's view of lifeEnded, set to nil once acted on; the
+	// reader above closes its own channel, never this variable.
+	var dead <-chan struct{} = lifeEnded
 	type reaped struct {
 		pid int
 		ws  syscall.WaitStatus

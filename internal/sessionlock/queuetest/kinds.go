@@ -33,6 +33,7 @@ func RunKinds(t *testing.T, be Backend) {
 		{"KindReentry", KindReentry},
 		{"KindCancelledAcquireLeavesNothing", KindCancelledAcquireLeavesNothing},
 		{"KindInspect", KindInspect},
+		{"KindLockDelay", KindLockDelay},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, be) })
 	}
@@ -411,5 +412,72 @@ func KindInspect(t *testing.T, be Backend) {
 	}
 	for _, h := range []held{w, p, m} {
 		h.release(t, ctx)
+	}
+}
+
+// KindLockDelay: a read or write holder that ends without a release keeps
+// its own place taken for its lock-delay (a reader blocks writers but not
+// readers, a writer blocks both); a clean release frees it at once. It
+// needs be.Kill.
+func KindLockDelay(t *testing.T, be Backend) {
+	if be.Kill == nil {
+		t.Fatal("Backend.Kill is needed")
+	}
+	const delay = 3 * time.Second
+	a, b := kd(t, be), kd(t, be)
+	ctx := Ctx(t, 60*time.Second)
+	with := func(k driver.Kind, owner string) driver.AcquireRequest {
+		r := KindReq(k, "k10", owner, 0)
+		r.LockDelay = delay
+		return r
+	}
+	// A clean release frees the lock at once.
+	r := take(t, ctx, a, with(driver.Read, "A"))
+	r.release(t, ctx)
+	w := take(t, ctx, b, KindReq(driver.Write, "k10", "B", 0))
+	w.release(t, ctx)
+
+	// A lost reader: writers wait out its delay, readers do not.
+	x := kd(t, be)
+	take(t, ctx, x, with(driver.Read, "X"))
+	be.Kill(t, x)
+	Eventually(t, 20*time.Second, "the killed reader's grant ended", func() bool {
+		in, ok := info(t, ctx, a, "k10", driver.Write)
+		return !ok || in.Readers == 0
+	})
+	gone := time.Now()
+	refused(t, ctx, b, KindReq(driver.Write, "k10", "B", 0))
+	rd := take(t, ctx, a, KindReq(driver.Read, "k10", "A", 0))
+	rd.release(t, ctx)
+	g, err := b.Acquire(ctx, KindReq(driver.Write, "k10", "B", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(gone); waited < delay-200*time.Millisecond {
+		t.Fatalf("writer granted %v after the reader's grant ended; lock-delay %v not honoured", waited, delay)
+	}
+	if _, err := b.Release(ctx, KindLease(KindReq(driver.Write, "k10", "B", 0), g)); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lost writer: readers wait out its delay too.
+	y := kd(t, be)
+	take(t, ctx, y, with(driver.Write, "Y"))
+	be.Kill(t, y)
+	Eventually(t, 20*time.Second, "the killed writer's grant ended", func() bool {
+		_, ok := info(t, ctx, a, "k10", driver.Write)
+		return !ok
+	})
+	gone = time.Now()
+	refused(t, ctx, a, KindReq(driver.Read, "k10", "A", 0))
+	g, err = a.Acquire(ctx, KindReq(driver.Read, "k10", "A", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(gone); waited < delay-200*time.Millisecond {
+		t.Fatalf("reader granted %v after the writer's grant ended; lock-delay %v not honoured", waited, delay)
+	}
+	if _, err := a.Release(ctx, KindLease(KindReq(driver.Read, "k10", "A", 0), g)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -40,6 +40,11 @@ type Backend struct {
 	// CleanupAtOnce is set when a cancelled Acquire deletes its queue entry
 	// before it returns (else the entry must go soon after).
 	CleanupAtOnce bool
+	// Kill, when not nil, ends driver d the way a crash would: nothing is
+	// released, and its grants end on the server (at once or when their
+	// session expires) leaving their lock-delay guards behind. It returns
+	// at once.
+	Kill func(t testing.TB, d Driver)
 }
 
 // Run runs the shared driver tests against be, each as a subtest.

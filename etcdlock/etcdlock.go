@@ -83,6 +83,19 @@
 // holder that ends without a release keeps the lock unavailable for its
 // LockDelay after its lease expired; a release frees it at once.
 //
+// # Read/write locks and semaphores
+//
+// A name's read/write lock and semaphore are queues of their own beside the
+// mutex's, <prefix><name>\x00rw/ and <prefix><name>\x00sem/, bound to the
+// same leases and granted in create-revision order: a reader once no older
+// writer key remains, a writer once no older key remains (so a waiting
+// writer holds back later readers), a permit once fewer than its semaphore's
+// permits older keys remain. Each waiter watches only the key it must wait
+// for. The permit count is stored in every key of the semaphore; a request
+// with another count is refused with ErrInvalid while any key remains.
+// Tokens are the revision of the grant. Lock-delay applies per holder. See
+// kinds.go.
+//
 // # Keepalives
 //
 // Each lease has one loop that sends all its keepalives (KeepAliveOnce, so
@@ -153,7 +166,8 @@ type Options struct {
 }
 
 // Driver is a dlock driver over an etcd client. It implements driver.Driver,
-// driver.Queuer, driver.Inspector and driver.Limiter. It is safe for
+// driver.Queuer, driver.Inspector, driver.Limiter and driver.Kinder
+// (read/write locks and semaphores, see kinds.go). It is safe for
 // concurrent use. Create it with New or OpenURL.
 type Driver struct {
 	cli        *clientv3.Client

@@ -65,8 +65,10 @@ func (d *Driver) parent(name string) string {
 // (control characters, characters outside the Basic Multilingual Plane,
 // private-use and special characters) are written as %XX, as is a '/' that
 // would make an empty segment, the dots of a "." or ".." segment, one '_' of
-// a segment that looks like a lock node, and the 'z' of "zookeeper" directly
-// under "/". Decoding the %XX escapes gives the name back, so two names never
+// a segment that looks like a lock node, the 'z' of "zookeeper" directly
+// under "/", and the first 'd' of a segment named dlock-delay, dlock-rw or
+// dlock-sem (the nodes of a lock's lock-delay guard, read/write lock and
+// semaphore). Decoding the %XX escapes gives the name back, so two names never
 // share a path.
 func escapeName(name string, atRoot bool) string {
 	var b strings.Builder

@@ -36,6 +36,20 @@
 // kazoo stores its identifier there. Curator's InterProcessMutex names its
 // nodes differently (_c_<guid>-lock-<seq>) and is not recognised.
 //
+// # Read/write locks and semaphores
+//
+// A name's read/write lock and semaphore live in the nodes dlock-rw and
+// dlock-sem inside its mutex node, laid out as Apache Curator's
+// InterProcessReadWriteLock and InterProcessSemaphoreV2 (Curator clients on
+// <root>/<name>/dlock-rw and <root>/<name>/dlock-sem share them), granted by
+// Curator's rules: a reader once no writer is ahead of it, a writer once it
+// is first (so a waiting writer holds back later readers), a permit once no
+// more leases than permits exist, taken under the semaphore's own mutex so
+// that waiters queue in order. The permit count is stored as the semaphore
+// node's data; a request with another count is refused with ErrInvalid
+// while the semaphore is in use. Tokens are the zxid of a write each grant
+// makes to its own node. Lock-delay applies per holder. See kinds.go.
+//
 // # Sessions, TTL and loss
 //
 // Every node is bound to a ZooKeeper session, and a grant lives as long as
@@ -154,8 +168,9 @@ type Options struct {
 }
 
 // Driver is a dlock driver over ZooKeeper connections. It implements
-// driver.Driver, driver.Queuer, driver.Inspector and driver.Limiter. It is
-// safe for concurrent use. Create it with New or OpenURL.
+// driver.Driver, driver.Queuer, driver.Inspector, driver.Limiter and
+// driver.Kinder (read/write locks and semaphores in Curator's layouts, see
+// kinds.go). It is safe for concurrent use. Create it with New or OpenURL.
 type Driver struct {
 	root string
 	acl  []zk.ACL

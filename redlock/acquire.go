@@ -35,11 +35,14 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		return driver.Grant{}, errClosed
 	}
 	defer d.gate.Exit()
+	if req.Kind != driver.Exclusive && !d.SupportsKind(req.Kind) {
+		return driver.Grant{}, fmt.Errorf("redlock: acquire: lock kind %v: %w", req.Kind, driver.ErrUnsupported)
+	}
 	start := time.Now()
 	timeout := d.timeoutFor(req.TTL)
-	k := redisscript.KeysFor(d.prefix, req.Name)
+	ops := d.opsFor(req)
 	for try := 1; ; try++ {
-		g, leftovers, err := d.attempt(ctx, req, k, timeout, start)
+		g, leftovers, err := d.attempt(ctx, req, ops, timeout, start)
 		if !leftovers {
 			return g, err
 		}
@@ -61,10 +64,8 @@ const maxLeftoverTries = 3
 // nor reports it, so a token chosen from it could repeat an earlier
 // grant's; attempt then releases everything it got, clears the leftovers,
 // and the caller tries again afresh.
-func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, timeout time.Duration, start time.Time) (driver.Grant, bool, error) {
-	results := fanout(d, ctx, timeout, func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
-		return redisscript.Acquire(ctx, n.client, k, req.Owner, req.TTL, req.LockDelay)
-	})
+func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops lockOps, timeout time.Duration, start time.Time) (driver.Grant, bool, error) {
+	results := fanout(d, ctx, timeout, ops.acquire)
 	n := len(d.nodes)
 	var (
 		got              []result[redisscript.AcquireResult]
@@ -103,24 +104,28 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, k redis
 		if reentered {
 			token, live := liveReentry(got, d.quorum)
 			if !live {
-				d.undo(ctx, req, k, got, results, timeout, false)
-				d.clearLeftovers(ctx, req, k, got, timeout)
+				d.undo(ctx, ops, got, results, timeout, false)
+				d.clearLeftovers(ctx, ops, got, timeout)
 				return driver.Grant{}, true, nil
 			}
 			maxFence = token
 		}
-		err := d.fence(ctx, timeout, k, req.Owner, maxFence, got)
+		err := d.fence(ctx, timeout, ops, maxFence, got)
 		if err == nil {
-			d.grants.Granted(k, req.Owner, req.TTL, start)
+			ops.book(req, start)
 			if d.gate.Stopped() {
 				return driver.Grant{}, false, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 			}
-			return driver.Grant{Token: maxFence, Count: int(maxCount), Handle: &handle{keys: k, settled: d.settle(results, n-len(got))}}, false, nil
+			h := &handle{keys: ops.keys, kind: ops.kind, settled: d.settle(results, n-len(got))}
+			return driver.Grant{Token: maxFence, Count: int(maxCount), Handle: h}, false, nil
 		}
-		_ = d.undo(ctx, req, k, got, results, timeout, true)
+		_ = d.undo(ctx, ops, got, results, timeout, true)
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redlock: acquire", err)
 	}
-	all := d.undo(ctx, req, k, got, results, timeout, false)
+	all := d.undo(ctx, ops, got, results, timeout, false)
+	if ops.mark != nil {
+		d.markUndone(ctx, ops, all, timeout)
+	}
 	answered := 0
 	for _, r := range all {
 		if r.err == nil {
@@ -171,7 +176,7 @@ func liveReentry(got []result[redisscript.AcquireResult], quorum int) (uint64, b
 // the holds left before it on nodes that answered with a re-entry: the
 // owner's lease is not live (see liveReentry), so they are a dead
 // attempt's remains, and the next attempt must find the nodes free.
-func (d *Driver) clearLeftovers(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, got []result[redisscript.AcquireResult], timeout time.Duration) {
+func (d *Driver) clearLeftovers(ctx context.Context, ops lockOps, got []result[redisscript.AcquireResult], timeout time.Duration) {
 	var which []int
 	holds := map[int]int{}
 	for _, r := range got {
@@ -182,10 +187,9 @@ func (d *Driver) clearLeftovers(ctx context.Context, req driver.AcquireRequest, 
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	k.Channel = ""
 	redisscript.OnEach(which, func(i int) error {
 		for range holds[i] {
-			left, held, err := redisscript.Release(rctx, d.nodes[i].client, k, req.Owner, 0)
+			left, held, err := ops.release(rctx, d.nodes[i], false)
 			if err != nil || !held || left == 0 {
 				return err
 			}
@@ -256,7 +260,7 @@ const foreignHolder = "\x00foreign"
 // it. Nodes still busy with the acquire are left alone: a write-back that
 // overtook its acquire there would make that node's grant count from the
 // token. Lagging nodes get the token in the background either way.
-func (d *Driver) fence(ctx context.Context, timeout time.Duration, k redisscript.Keys, owner string, token uint64, got []result[redisscript.AcquireResult]) error {
+func (d *Driver) fence(ctx context.Context, timeout time.Duration, ops lockOps, token uint64, got []result[redisscript.AcquireResult]) error {
 	have := 0
 	var lagging []int
 	for _, r := range got {
@@ -273,18 +277,18 @@ func (d *Driver) fence(ctx context.Context, timeout time.Duration, k redisscript
 	}
 	if have >= d.quorum {
 		_ = fanoutTo(d, context.WithoutCancel(ctx), timeout, lagging, func(ctx context.Context, n *node) (struct{}, error) {
-			return struct{}{}, redisscript.WriteFence(ctx, n.client, k, owner, token)
+			return struct{}{}, ops.fence(ctx, n, token)
 		})
 		return nil
 	}
-	return d.writeFence(ctx, timeout, k, owner, token, lagging, d.quorum-have)
+	return d.writeFence(ctx, timeout, ops, token, lagging, d.quorum-have)
 }
 
 // writeFence raises the fencing counter to token on the nodes listed and
 // returns once need of them have it.
-func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, k redisscript.Keys, owner string, token uint64, nodes []int, need int) error {
+func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, ops lockOps, token uint64, nodes []int, need int) error {
 	results := fanoutTo(d, ctx, timeout, nodes, func(ctx context.Context, n *node) (struct{}, error) {
-		return struct{}{}, redisscript.WriteFence(ctx, n.client, k, owner, token)
+		return struct{}{}, ops.fence(ctx, n, token)
 	})
 	ok, failed := 0, 0
 	var firstErr error
@@ -311,7 +315,7 @@ func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, k rediss
 // node's result. The releases publish nothing unless publish is set (the
 // attempt reached a quorum, so others may have seen it as a holder): a
 // failed attempt's partial grants are nobody's release to wait for.
-func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, k redisscript.Keys, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, publish bool) []result[redisscript.AcquireResult] {
+func (d *Driver) undo(ctx context.Context, ops lockOps, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, publish bool) []result[redisscript.AcquireResult] {
 	for len(got) < len(d.nodes) {
 		got = append(got, <-rest)
 	}
@@ -326,11 +330,8 @@ func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, k redisscr
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if !publish {
-		k.Channel = ""
-	}
 	redisscript.OnEach(which, func(i int) error {
-		_, _, err := redisscript.Release(rctx, d.nodes[i].client, k, req.Owner, 0)
+		_, _, err := ops.release(rctx, d.nodes[i], publish)
 		return err
 	})
 	return got

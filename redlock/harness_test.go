@@ -90,6 +90,18 @@ func (h *harness) Drop(ctx context.Context, name string) error {
 	return nil
 }
 
+// DropKind forgets the grants of kind k on every node, as a loss would.
+func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
+	for _, a := range h.admins {
+		if _, err := redisscript.DropKind(ctx, a, redisscript.KindKeysFor(DefaultKeyPrefix, name, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ locktest.KindDropper = (*harness)(nil)
+
 func (h *harness) Config() locktest.Config {
 	return locktest.Config{TTL: time.Second, LockDelay: true, Clients: 3}
 }

@@ -30,8 +30,13 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	type agg struct {
 		info   driver.LockInfo
 		owners map[string][]redisscript.NodeLock
+		all    []redisscript.NodeLock
 	}
-	byName := map[string]*agg{}
+	type nameKind struct {
+		name string
+		kind driver.Kind
+	}
+	byName := map[nameKind]*agg{}
 	answered := 0
 	var firstErr error
 	for range d.nodes {
@@ -44,11 +49,12 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		}
 		answered++
 		for _, l := range r.v {
-			a := byName[l.Name]
+			a := byName[nameKind{l.Name, l.Kind}]
 			if a == nil {
-				a = &agg{info: driver.LockInfo{Name: l.Name, Waiters: -1}, owners: map[string][]redisscript.NodeLock{}}
-				byName[l.Name] = a
+				a = &agg{info: driver.LockInfo{Name: l.Name, Waiters: -1, Kind: l.Kind}, owners: map[string][]redisscript.NodeLock{}}
+				byName[nameKind{l.Name, l.Kind}] = a
 			}
+			a.all = append(a.all, l)
 			a.info.Token = max(a.info.Token, l.Fence)
 			switch {
 			case l.Foreign:
@@ -85,8 +91,34 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 				a.info.Owner, a.info.Token = redisscript.ForeignOwner, 0
 			}
 		}
+		if a.info.Kind != driver.Exclusive {
+			// What a quorum of nodes sees at least: the quorum-th largest
+			// value among the nodes (a node without the lock counts 0).
+			atQuorum := func(f func(redisscript.NodeLock) int) int {
+				vs := make([]int, 0, len(a.all))
+				for _, l := range a.all {
+					vs = append(vs, f(l))
+				}
+				sort.Sort(sort.Reverse(sort.IntSlice(vs)))
+				if len(vs) < d.quorum {
+					return 0
+				}
+				return vs[d.quorum-1]
+			}
+			a.info.Readers = atQuorum(func(l redisscript.NodeLock) int { return l.Readers })
+			a.info.Waiters = atQuorum(func(l redisscript.NodeLock) int { return l.Waiters })
+			if a.info.Owner == "" {
+				a.info.Count = atQuorum(func(l redisscript.NodeLock) int { return l.Count })
+				a.info.ExpiresIn = time.Duration(atQuorum(func(l redisscript.NodeLock) int { return int(l.PTTL) }))
+			}
+		}
 		out = append(out, a.info)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Kind < out[j].Kind
+	})
 	return out, nil
 }

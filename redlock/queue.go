@@ -31,6 +31,9 @@ const queueWait = 3 * time.Second
 // waiter) and Acquire returns an error wrapping ctx.Err(). An entry left
 // behind by a crashed waiter is dropped after queueWait.
 func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if req.Kind != driver.Exclusive {
+		return d.acquireKind(ctx, req)
+	}
 	k := redisscript.KeysFor(d.prefix, req.Name)
 	sig := make(chan struct{}, 1)
 	var (

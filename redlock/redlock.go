@@ -195,19 +195,13 @@ var errClosed = fmt.Errorf("redlock: %w", dlock.ErrClosed)
 
 // handle is the driver's Grant.Handle.
 type handle struct {
-	keys redisscript.Keys
+	keys redisscript.Keys     // a mutex's keys
+	kind *redisscript.KindKeys // a read or write grant's keys (nil for a mutex)
 	// settled is closed once every node has answered the acquire (or
 	// given up): a release sent before then could reach a slow node ahead
 	// of its acquire, which would then grant there after the release and
 	// hold that node until TTL.
 	settled <-chan struct{}
-}
-
-func (d *Driver) keys(name string, h any) redisscript.Keys {
-	if hh, ok := h.(*handle); ok && hh != nil {
-		return hh.keys
-	}
-	return redisscript.KeysFor(d.prefix, name)
 }
 
 // Limits reports millisecond TTL granularity (PX).

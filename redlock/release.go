@@ -6,7 +6,6 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/ctxerr"
-	"github.com/dlock/dlock/internal/redisscript"
 )
 
 // Release releases one hold on every node. It returns the largest hold
@@ -21,7 +20,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return 0, errClosed
 	}
 	defer d.gate.Exit()
-	k := d.keys(l.Name, l.Handle)
+	ops := d.opsForLease(l)
 	if h, ok := l.Handle.(*handle); ok && h != nil && h.settled != nil {
 		select {
 		case <-h.settled:
@@ -33,7 +32,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		held      bool
 	}
 	results := fanout(d, ctx, d.timeoutFor(l.TTL), func(ctx context.Context, n *node) (rel, error) {
-		r, held, err := redisscript.Release(ctx, n.client, k, l.Owner, 0)
+		r, held, err := ops.release(ctx, n, true)
 		return rel{r, held}, err
 	})
 	remaining, held, notHeld := 0, 0, 0
@@ -58,10 +57,10 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		// (or been lost) on a majority, and another owner may have been
 		// granted it since. Whatever holds were left are released, but the
 		// caller must learn that its lease was gone, never a success.
-		d.grants.Released(k.Lock, l.Owner, held > 0)
+		d.grants.Released(ops.id, l.Owner, held > 0)
 		return 0, driver.ErrNotHeld
 	case held > 0:
-		d.grants.Released(k.Lock, l.Owner, true)
+		d.grants.Released(ops.id, l.Owner, true)
 		return remaining, nil
 	default:
 		return 0, ctxerr.Wrap(ctx, "redlock: release", fmt.Errorf("released on no node, %d of %d did not answer: %w", len(d.nodes)-notHeld, len(d.nodes), firstErr))

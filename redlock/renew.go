@@ -26,9 +26,20 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	defer d.gate.Exit()
 	sent := time.Now()
 	items := make([]redisscript.RenewItem, len(ls))
+	ids := make([]string, len(ls)) // the grants' keys in the book
 	shortest := ls[0].TTL
 	for i, l := range ls {
-		items[i] = redisscript.RenewItem{Lock: d.keys(l.Name, l.Handle).Lock, Owner: l.Owner, TTL: l.TTL}
+		items[i] = redisscript.RenewItem{Owner: l.Owner, TTL: l.TTL}
+		ops := d.opsForLease(l)
+		switch {
+		case ops.kind == nil:
+			items[i].Lock = ops.keys.Lock
+		case l.Kind == driver.Write:
+			items[i].Lock = ops.kind.Writer
+		default:
+			items[i].Holders, items[i].Values = ops.kind.Holders, ops.kind.Values
+		}
+		ids[i] = ops.id
 		shortest = min(shortest, l.TTL)
 	}
 	timeout := max(d.timeoutFor(shortest), shortest/3)
@@ -71,11 +82,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 		switch {
 		case ok[i] >= d.quorum:
 			anyAnswer = true
-			d.grants.Renewed(items[i].Lock, ls[i].Owner, ls[i].TTL, sent, true)
+			d.grants.Renewed(ids[i], ls[i].Owner, ls[i].TTL, sent, true)
 		case gone[i] > len(d.nodes)-d.quorum:
 			anyAnswer = true
 			errs[i] = driver.ErrNotHeld
-			d.grants.Renewed(items[i].Lock, ls[i].Owner, ls[i].TTL, sent, false)
+			d.grants.Renewed(ids[i], ls[i].Owner, ls[i].TTL, sent, false)
 		default:
 			if ok[i] > 0 || gone[i] > 0 {
 				anyAnswer = true

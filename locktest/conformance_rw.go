@@ -183,17 +183,28 @@ func waitIn(f acquireFunc, ctx context.Context) <-chan grantResult {
 	return ch
 }
 
-// notGranted checks that a waiting call stays waiting for d.
+// notGranted checks that a waiting call stays waiting for d (has not
+// returned yet, when d is 0).
 func notGranted(t testing.TB, ch <-chan grantResult, d time.Duration, what string) {
 	t.Helper()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatalf("%s: %v", what, r.err)
+	var r grantResult
+	if d == 0 {
+		select {
+		case r = <-ch:
+		default:
+			return
 		}
-		t.Fatalf("%s was granted (token %d); it must wait", what, r.l.Token())
-	case <-time.After(d):
+	} else {
+		select {
+		case r = <-ch:
+		case <-time.After(d):
+			return
+		}
 	}
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
+	}
+	t.Fatalf("%s was granted (token %d); it must wait", what, r.l.Token())
 }
 
 // granted waits up to d for a waiting call's grant.

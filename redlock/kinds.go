@@ -36,9 +36,9 @@ func (d *Driver) SupportsKind(k driver.Kind) bool {
 // read/write lock), so that one Redlock acquire, undo, fence write-back and
 // release serve every kind.
 type lockOps struct {
-	keys redisscript.Keys     // a mutex's keys (Exclusive)
+	keys redisscript.Keys      // a mutex's keys (Exclusive)
 	kind *redisscript.KindKeys // a kind's keys (nil for a mutex)
-	id   string               // the grant's key in the driver's book
+	id   string                // the grant's key in the driver's book
 
 	acquire func(ctx context.Context, n *node) (redisscript.AcquireResult, error)
 	fence   func(ctx context.Context, n *node, token uint64) error

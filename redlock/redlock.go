@@ -195,7 +195,7 @@ var errClosed = fmt.Errorf("redlock: %w", dlock.ErrClosed)
 
 // handle is the driver's Grant.Handle.
 type handle struct {
-	keys redisscript.Keys     // a mutex's keys
+	keys redisscript.Keys      // a mutex's keys
 	kind *redisscript.KindKeys // a read or write grant's keys (nil for a mutex)
 	// settled is closed once every node has answered the acquire (or
 	// given up): a release sent before then could reach a slow node ahead

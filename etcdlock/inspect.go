@@ -101,7 +101,9 @@ type kindQueue struct {
 // inspectKind describes the read/write lock or semaphore whose queue keys
 // are kvs: the readers granted (the keys older than the first writer key)
 // or the writer, or the permits taken (the oldest keys, up to the size).
-// Token is the newest holder's; Owner is a writer's, or the one holder's.
+// Token is the newest holder's (a key's mod revision: the revision of its
+// put, or of the write that marked a waited grant, see touch); Owner is a
+// writer's, or the one holder's.
 func (d *Driver) inspectKind(kq kindQueue, kvs []*mvccpb.KeyValue) driver.LockInfo {
 	sort.Slice(kvs, func(i, j int) bool { return kvs[i].CreateRevision < kvs[j].CreateRevision })
 	base, _ := d.kindBase(kq.kind, kq.name)
@@ -115,7 +117,7 @@ func (d *Driver) inspectKind(kq kindQueue, kvs []*mvccpb.KeyValue) driver.LockIn
 				held = 1
 				info.Owner = string(kv.Value)
 				info.Count = d.holds.Count(sessionlock.HoldName(driver.Write, kq.name), info.Owner, func(h *handle) bool { return h.key == string(kv.Key) })
-				info.Token = uint64(kv.CreateRevision)
+				info.Token = uint64(kv.ModRevision)
 				break
 			}
 			if w {
@@ -123,7 +125,7 @@ func (d *Driver) inspectKind(kq kindQueue, kvs []*mvccpb.KeyValue) driver.LockIn
 			}
 			held++
 			info.Readers++
-			info.Token = uint64(kv.CreateRevision)
+			info.Token = uint64(kv.ModRevision)
 			info.Owner = string(kv.Value)
 		}
 		if info.Readers > 1 {
@@ -142,7 +144,7 @@ func (d *Driver) inspectKind(kq kindQueue, kvs []*mvccpb.KeyValue) driver.LockIn
 			}
 			held++
 			_, info.Owner, _ = parseSemValue(kv.Value)
-			info.Token = uint64(kv.CreateRevision)
+			info.Token = uint64(kv.ModRevision)
 		}
 		info.Holders = held
 		info.Count = held

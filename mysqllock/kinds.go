@@ -144,12 +144,25 @@ func (k *kindTx) Abort() {
 }
 
 // acquireKind is TryAcquire of a Read, Write or Permit request.
+//
+// Two first acquires of new names can deadlock on InnoDB's gap locks
+// (each locking read of a missing row locks the gap the other inserts
+// into); the server rolls one back, which is then tried again, at most
+// twice, and otherwise reported as ErrLocked (nothing was taken).
 func (d *leases) acquireKind(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	g, err := sqlcommon.AcquireKind(ctx, "mysqllock", &kindTx{st: d.store}, req)
+	for i := 0; i < 2 && isDeadlock(err) && ctx.Err() == nil; i++ {
+		g, err = sqlcommon.AcquireKind(ctx, "mysqllock", &kindTx{st: d.store}, req)
+	}
 	switch {
 	case err == nil:
 		if g.Count == 1 {
 			d.sig.grantKey(kindKey(req.Name, req.Kind, req.Owner), req.Name, req.Owner, d.sig.contended(req.Name, d.watches))
+			if req.Kind == driver.Read {
+				// Other readers waiting here may share it: a release
+				// woke only the longest waiter.
+				d.watches.WakeAll(req.Name)
+			}
 		}
 	case isDeadlock(err):
 		// Rolled back: nothing was taken.

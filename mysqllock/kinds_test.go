@@ -15,10 +15,12 @@ var _ locktest.KindDropper = (*harness)(nil)
 
 func leaseOpener(t *testing.T) sqltest.Open { return newTestHarness(t, ModeLease).NewDriver }
 
-func TestKinds(t *testing.T)      { sqltest.Kinds(t, leaseOpener(t)) }
-func TestKindWakes(t *testing.T)  { sqltest.KindWakes(t, leaseOpener(t)) }
-func TestMulti(t *testing.T)      { sqltest.Multi(t, leaseOpener(t)) }
-func TestRaiseFence(t *testing.T) { sqltest.RaiseFence(t, leaseOpener(t)) }
+func TestKinds(t *testing.T)     { sqltest.Kinds(t, leaseOpener(t)) }
+func TestKindWakes(t *testing.T) { sqltest.KindWakes(t, leaseOpener(t)) }
+
+func TestReadersWakeTogether(t *testing.T) { sqltest.ReadersWakeTogether(t, leaseOpener(t)) }
+func TestMulti(t *testing.T)               { sqltest.Multi(t, leaseOpener(t)) }
+func TestRaiseFence(t *testing.T)          { sqltest.RaiseFence(t, leaseOpener(t)) }
 
 // TestSessionModesRefuseKinds: the session modes hold mutexes only; a
 // kind asked of them directly is refused with ErrUnsupported, as is a

@@ -127,6 +127,11 @@ func (d *Driver) acquireKind(ctx context.Context, req driver.AcquireRequest) (dr
 	}
 	if g.Count == 1 {
 		d.sig.grantKey(kindKey(req.Name, req.Kind, req.Owner), req.Name, req.Owner)
+		if req.Kind == driver.Read && d.sig != nil {
+			// Other readers waiting here may share it: a release woke
+			// only the longest waiter.
+			d.sig.watches.WakeAll(req.Name)
+		}
 	}
 	return g, nil
 }

@@ -133,6 +133,20 @@ func (ws *Watches) Watching(name string) bool {
 	return ws.watches[name] != nil
 }
 
+// WakeAll wakes every subscriber of name in this process. A driver calls
+// it when it grants a shared hold (a read lock) of a name it has waiters
+// for: a release wakes only the longest waiter, and once that one was
+// granted a read, the others may be granted one too.
+func (ws *Watches) WakeAll(name string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if w := ws.watches[name]; w != nil {
+		for _, s := range w.subs {
+			s.wake()
+		}
+	}
+}
+
 // Close stops every watch and waits for their goroutines when wait is
 // true. A Waiter whose Wait cannot be interrupted (a kernel file lock)
 // ends when its signal is next free; pass wait false for those.

@@ -376,6 +376,39 @@ func KindWakes(t *testing.T, open Open) {
 	}
 }
 
+// ReadersWakeTogether: readers waiting in one driver for a writer's
+// release are all woken, not only the longest waiter: the first one
+// woken takes its read, and the others are woken to share it.
+func ReadersWakeTogether(t *testing.T, open Open) {
+	d := mustOpen(t, open)
+	d2 := mustOpen(t, open)
+	t.Cleanup(func() { d.Close(); d2.Close() })
+	ctx := context.Background()
+	n := RandomName("readers")
+	w := kreq(n, "w", driver.Write)
+	gw := grant(t, d, w)
+	var subs []driver.Subscription
+	for i := 0; i < 3; i++ {
+		s, err := d2.(driver.Notifier).Subscribe(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		subs = append(subs, s)
+	}
+	release(t, d, w, gw, 0)
+	for i, s := range subs {
+		select {
+		case <-s.C():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiting reader %d of %d not woken within 10s of the writer's release", i+1, len(subs))
+		}
+		r := kreq(n, "r"+string(rune('0'+i)), driver.Read)
+		g := grant(t, d2, r)
+		defer release(t, d2, r, g, 0)
+	}
+}
+
 // Multi checks driver.MultiAcquirer: all names or none.
 func Multi(t *testing.T, open Open) {
 	d := mustOpen(t, open)

@@ -3,6 +3,7 @@ package pglock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +66,56 @@ func TestSessionModesRefuseKinds(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestMigratesOldTable opens a lock table an older version made (no
+// fence_floor column, no kinds tables), twice: the schema is brought up to
+// date in place, the old row keeps its fence, raising works, and the
+// second open changes nothing.
+func TestMigratesOldTable(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeLease)
+	table := "dlock_old_" + strings.ReplaceAll(randomName("m")[2:], "-", "")
+	if _, err := h.admin.Exec(ctx, `CREATE TABLE `+table+` (
+	name        text PRIMARY KEY,
+	owner       text NOT NULL DEFAULT '',
+	count       integer NOT NULL DEFAULT 0,
+	fence       bigint NOT NULL DEFAULT 0,
+	lock_until  timestamptz NOT NULL DEFAULT '-infinity',
+	delay_until timestamptz NOT NULL DEFAULT '-infinity',
+	version     bigint NOT NULL DEFAULT 0
+)`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = h.admin.Exec(context.Background(), `DROP TABLE IF EXISTS `+table+`, `+table+`_kinds, `+table+`_holders`)
+	})
+	if _, err := h.admin.Exec(ctx, `INSERT INTO `+table+` (name, fence) VALUES ('old', 41)`); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []uint64{42, 44} {
+		dn, err := OpenURL(ctx, sqltest.ModeURL(h.base, string(ModeLease), table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := driver.AcquireRequest{Name: "old", Owner: "a", TTL: kindTTL}
+		g, err := dn.TryAcquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token != want {
+			t.Fatalf("open %d: token %d, want %d", i, g.Token, want)
+		}
+		if _, err := dn.Release(ctx, driver.Lease{Name: "old", Owner: "a", Token: g.Token, TTL: kindTTL}); err != nil {
+			t.Fatal(err)
+		}
+		if err := dn.(driver.FenceRaiser).RaiseFence(ctx, "old", driver.Exclusive, g.Token+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dn.TryAcquire(ctx, driver.AcquireRequest{Name: "old", Owner: "a", TTL: kindTTL, Kind: driver.Read}); err != nil {
+			t.Fatal(err)
+		}
+		dn.Close()
 	}
 }

@@ -169,6 +169,45 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 	}
 }
 
+// Begin marks an acquire of (name, owner) that the caller makes outside
+// Acquire (several locks in one round trip), so that no Acquire of the same
+// (name, owner) runs meanwhile. It reports false, changing nothing, when
+// the driver holds (name, owner) already or another acquire of it is in
+// flight: the caller must not take it then. Every Begin that reported true
+// is followed by one End.
+func (hs *Holds[H]) Begin(name, owner string) bool {
+	hk := holdKey{name, owner}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.m[hk] != nil {
+		return false
+	}
+	if hs.m == nil {
+		hs.m = map[holdKey]*hold[H]{}
+	}
+	hs.m[hk] = &hold[H]{pending: make(chan struct{})}
+	return true
+}
+
+// End ends an acquire marked with Begin: the driver holds (name, owner)
+// once through h when granted is set, and not at all otherwise.
+func (hs *Holds[H]) End(name, owner string, h H, granted bool) {
+	hk := holdKey{name, owner}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hd := hs.m[hk]
+	if hd == nil || hd.pending == nil {
+		return
+	}
+	if granted {
+		hd.h, hd.count = h, 1
+	} else {
+		delete(hs.m, hk)
+	}
+	close(hd.pending)
+	hd.pending = nil
+}
+
 // reenter finishes a re-entry that counted h (whose handle is hd) up to n:
 // it runs ops.Reenter, whose error undoes the count, and describes the grant
 // confirmed by a request sent at sent.

@@ -281,3 +281,52 @@ func TestAgainFindsTheOldGrant(t *testing.T) {
 		t.Fatalf("Count = %d after a failed re-entry through Again, want 2 (the hold kept)", c)
 	}
 }
+
+// TestBeginEnd: an acquire begun outside Acquire holds back a concurrent
+// Acquire of the same (name, owner) until it ends; a granted one is then
+// re-entered, a failed one taken afresh; Begin refuses a held or pending
+// (name, owner).
+func TestBeginEnd(t *testing.T) {
+	ctx := context.Background()
+	b := newBackend()
+	var hs Holds[*handle]
+	if !hs.Begin("n", "o") {
+		t.Fatal("Begin of a free (name, owner) refused")
+	}
+	if hs.Begin("n", "o") {
+		t.Fatal("Begin while another acquire is in flight")
+	}
+	if _, err := hs.Acquire(ctx, "n", "o", false, "test", b.ops(ctx)); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("TryAcquire while Begin is in flight: %v, want ErrLocked", err)
+	}
+	done := make(chan driver.Grant, 1)
+	go func() {
+		g, err := hs.Acquire(ctx, "n", "o", true, "test", b.ops(ctx))
+		if err != nil {
+			t.Error(err)
+		}
+		done <- g
+	}()
+	h := &handle{100}
+	b.held[h] = true
+	hs.End("n", "o", h, true)
+	select {
+	case g := <-done:
+		if g.Count != 2 || g.Handle != h {
+			t.Fatalf("Acquire after a granted End: %+v, want a re-entry of it", g)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Acquire still waiting after End")
+	}
+	if hs.Begin("n", "o") {
+		t.Fatal("Begin of a held (name, owner)")
+	}
+	if !hs.Begin("m", "o") {
+		t.Fatal("Begin of another name refused")
+	}
+	hs.End("m", "o", nil, false)
+	g, err := hs.Acquire(ctx, "m", "o", false, "test", b.ops(ctx))
+	if err != nil || g.Count != 1 {
+		t.Fatalf("Acquire after a failed End: %+v, %v", g, err)
+	}
+}

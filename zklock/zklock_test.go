@@ -236,6 +236,9 @@ func TestEscapeName(t *testing.T) {
 		{"zookeeper/x", true, "%7Aookeeper/x"},
 		{"zookeeper/x", false, "zookeeper/x"},
 		{"a/dlock-delay", false, "a/%64lock-delay"},
+		{"a/dlock-rw", false, "a/%64lock-rw"},   // a's read/write lock lives at a/dlock-rw
+		{"dlock-sem/b", false, "%64lock-sem/b"}, // and its semaphore at a/dlock-sem
+		{"a/dlock-rwx", false, "a/dlock-rwx"},
 	} {
 		got := escapeName(tc.name, tc.atRoot)
 		if got != tc.want {

@@ -294,13 +294,13 @@ return 0
 //
 //	KEYS[1] marks, ARGV[1] owner, ARGV[2] channel
 //
-// When it was the last mark, "*m" is published so that readers it held
+// When it was the last mark, "*m<owner>" is published so that readers it held
 // back try again. Returns 1 if the owner had a mark.
 var withdrawSrc = `
 if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 if ARGV[2] ~= '' and redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[2], '*m')
+  redis.call('PUBLISH', ARGV[2], '*m' .. ARGV[1])
 end
 return 1
 `
@@ -361,6 +361,74 @@ redis.call('DEL', KEYS[1])
 if redis.call('HLEN', KEYS[2]) <= 1 then redis.call('DEL', KEYS[2]) end
 return n
 `
+
+// fenceSetSrc raises a holder set's fencing counter to at least a token
+// (Redlock writes the token it chose back to the nodes) and records the
+// token in the owner's place.
+//
+//	KEYS[1] holders hash, KEYS[2] fence counter
+//	ARGV[1] owner, ARGV[2] token
+//
+// Returns 1, or 0 without writing anything when a key dlock did not write
+// is at the counter.
+var fenceSetSrc = kindPrelude + `
+local cur = counter(KEYS[2])
+if not cur then return 0 end
+if cur < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+if not typed(KEYS[1], 'hash') then return 1 end
+local hv = redis.call('HGET', KEYS[1], ARGV[1])
+if hv then
+  local c, f, e, d = hparse(hv)
+  if c and f ~= ARGV[2] then
+    redis.call('HSET', KEYS[1], ARGV[1], c .. '\n' .. ARGV[2] .. '\n' .. e .. '\n' .. d)
+  end
+end
+return 1
+`
+
+// markSrc leaves (or renews) a waiting writer's mark for ARGV[2] ms.
+//
+//	KEYS[1] marks, ARGV[1] owner, ARGV[2] lifetime ms
+var markSrc = kindPrelude + `
+if not typed(KEYS[1], 'zset') then return 0 end
+local ms = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now() + ms, ARGV[1])
+keep(ms, KEYS[1])
+return 1
+`
+
+var (
+	fenceSetScript = redis.NewScript(fenceSetSrc)
+	markScript     = redis.NewScript(markSrc)
+)
+
+// WriteFenceKind is WriteFence for a grant of kind kk.Kind: it raises the
+// kind's counter to at least token and records token in owner's grant
+// (the writer, or owner's reader or permit place). It fails with
+// ErrForeignFence, writing nothing, when a key dlock did not write is at
+// the counter.
+func WriteFenceKind(ctx context.Context, c redis.Scripter, kk KindKeys, owner string, token uint64) error {
+	var cmd *redis.Cmd
+	if kk.Kind == driver.Write || kk.Kind == driver.Exclusive {
+		cmd = fenceScript.Run(ctx, c, []string{kk.Writer, kk.Fence}, owner, strconv.FormatUint(token, 10))
+	} else {
+		cmd = fenceSetScript.Run(ctx, c, []string{kk.Values, kk.Fence}, owner, strconv.FormatUint(token, 10))
+	}
+	n, err := cmd.Int64()
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return ErrForeignFence
+	}
+	return nil
+}
+
+// Mark leaves (or renews) owner's waiting writer mark on kk's read/write
+// lock for life.
+func Mark(ctx context.Context, c redis.Scripter, kk KindKeys, owner string, life time.Duration) error {
+	return markScript.Run(ctx, c, []string{kk.Marks}, owner, Millis(life)).Err()
+}
 
 var (
 	writeAcquireScript  = redis.NewScript(writeAcquireSrc)

@@ -14,7 +14,11 @@ import (
 // Inspect lists the locks whose names start with prefix as a quorum sees
 // them: Owner is the owner holding the lock on a quorum of nodes (empty if
 // none does), Token the highest counter on any node, ExpiresIn the time
-// until fewer than a quorum hold it. Waiters is -1. A name held on a quorum
+// until fewer than a quorum hold it. Waiters is -1. A name's read/write lock
+// is listed apart (Kind driver.Write), after its mutex: Owner is the writer
+// holding a quorum, or Readers, Count, Waiters (waiting writers) and
+// ExpiresIn are what a quorum of nodes sees at least (the quorum-th
+// largest value among the nodes). A name held on a quorum
 // by keys dlock did not write is shown with Owner "?"
 // (redisscript.ForeignOwner), Token 0, Count 1 and ExpiresIn the time until
 // fewer than a quorum of those keys are left, negative when they have no

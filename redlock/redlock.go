@@ -64,6 +64,27 @@
 // not split the nodes between them, and a holder asking again goes behind
 // them. A release wakes that waiter only, once a quorum of nodes have
 // published it. The queue keys are redislock's.
+//
+// # Lock types
+//
+// Read/write locks (dlock.RWMutex) run the same algorithm with redislock's
+// read and write scripts on every node: a reader and a writer each need a
+// quorum, any two quorums share a node, and on that node a reader and a
+// writer never hold at once, so exclusion holds as it does for mutexes.
+// Reads and writes share one counter per node, and the token of either
+// side is chosen, written back (into the counter and the holder's own
+// place) and re-entered exactly as a mutex's, leftover rule included. A
+// refused waiting writer is marked on every node (the nodes whose grant
+// was undone get the mark too), so new readers are held back on a quorum;
+// Withdraw removes the marks everywhere. Releases wake waiters of every
+// kind through the nodes' release channels.
+//
+// Semaphores are not supported (SupportsKind(driver.Permit) is false, and
+// dlock.Semaphore fails with ErrUnsupported): with every node admitting up
+// to P holders and each holder needing a quorum q of N nodes, up to
+// ⌊P·N/q⌋ holders could hold a quorum each at once. A MultiMutex is taken
+// one name at a time (the driver has no driver.MultiAcquirer: one script
+// cannot be atomic across independent nodes).
 package redlock
 
 import (
@@ -106,7 +127,9 @@ type Options struct {
 
 // Driver is a Redlock dlock driver over N go-redis clients, one per
 // independent Redis master. It implements driver.Driver, driver.Notifier,
-// driver.Inspector and driver.Limiter, and is safe for concurrent use.
+// driver.Queuer, driver.Inspector, driver.Limiter, driver.Kinder (mutexes
+// and read/write locks) and driver.Withdrawer, and is safe for concurrent
+// use.
 type Driver struct {
 	nodes       []*node
 	quorum      int

@@ -247,3 +247,39 @@ func (d *Driver) acquireKind(ctx context.Context, req driver.AcquireRequest) (dr
 		}
 	}
 }
+
+var _ driver.FenceRaiser = (*Driver)(nil)
+
+// RaiseFence raises the fencing counter of kind k of name (the mutex's, or
+// the read/write lock's shared one) to at least atLeast on every node
+// (driver.FenceRaiser), and succeeds once a quorum of nodes did: any later
+// grant's quorum then includes one of them, so its token exceeds atLeast.
+// Semaphores are not supported. After Close has begun it fails with an
+// error wrapping dlock.ErrClosed.
+func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atLeast uint64) error {
+	if !d.SupportsKind(k) {
+		return fmt.Errorf("redlock: raise fence: lock kind %v: %w", k, driver.ErrUnsupported)
+	}
+	if !d.gate.Enter() {
+		return errClosed
+	}
+	defer d.gate.Exit()
+	key := redisscript.FenceKey(d.prefix, name, k)
+	results := fanout(d, ctx, d.timeoutFor(0), func(ctx context.Context, n *node) (struct{}, error) {
+		return struct{}{}, redisscript.RaiseFence(ctx, n.client, key, atLeast)
+	})
+	ok := 0
+	var firstErr error
+	for range d.nodes {
+		r := <-results
+		if r.err == nil {
+			ok++
+		} else if firstErr == nil {
+			firstErr = fmt.Errorf("node %d: %w", r.i, r.err)
+		}
+	}
+	if ok < d.quorum {
+		return ctxerr.Wrap(ctx, "redlock: raise fence", fmt.Errorf("raised on %d of %d nodes, a quorum is %d: %w", ok, len(d.nodes), d.quorum, firstErr))
+	}
+	return nil
+}

@@ -204,6 +204,13 @@ func TestWaitingWriterMarkedOnEveryNode(t *testing.T) {
 	if _, err := d.TryAcquire(ctx, rwReq(name, "r2", driver.Read)); !errors.Is(err, driver.ErrLocked) {
 		t.Fatalf("new reader past the marks: %v, want ErrLocked", err)
 	}
+	infos, err := d.Inspect(ctx, name)
+	if err != nil || len(infos) != 1 {
+		t.Fatalf("Inspect: %+v, %v", infos, err)
+	}
+	if in := infos[0]; in.Kind != driver.Write || in.Readers != 1 || in.Waiters != 1 || in.Owner != "" || in.ExpiresIn < 20*time.Second {
+		t.Fatalf("Inspect: %+v, want a read/write lock with 1 reader on a quorum and 1 waiting writer", in)
+	}
 	if err := d.Withdraw(ctx, w); err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +228,34 @@ func TestWaitingWriterMarkedOnEveryNode(t *testing.T) {
 	p := rwReq(name, "p", driver.Permit)
 	p.Permits = 2
 	if _, err := d.TryAcquire(ctx, p); !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("permit: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestRaiseFence: RaiseFence raises a kind's counter on every node (a
+// quorum must answer), so the next grant's token exceeds the value.
+func TestRaiseFence(t *testing.T) {
+	d, admins, ctx := kindEnv(t)
+	if err := d.RaiseFence(ctx, "raise", driver.Write, 70); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RaiseFence(ctx, "raise", driver.Exclusive, 30); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range admins {
+		if v := a.Get(ctx, redisscript.FenceKey(DefaultKeyPrefix, "raise", driver.Read)).Val(); v != "70" {
+			t.Fatalf("node %d: rw counter %q, want 70", i, v)
+		}
+	}
+	g, err := d.TryAcquire(ctx, rwReq("raise", "r", driver.Read))
+	if err != nil || g.Token != 71 {
+		t.Fatalf("read after raising to 70: %+v, %v; want token 71", g, err)
+	}
+	g, err = d.TryAcquire(ctx, rwReq("raise", "m", driver.Exclusive))
+	if err != nil || g.Token != 31 {
+		t.Fatalf("mutex after raising to 30: %+v, %v; want token 31", g, err)
+	}
+	if err := d.RaiseFence(ctx, "raise", driver.Permit, 1); !errors.Is(err, driver.ErrUnsupported) {
 		t.Fatalf("permit: %v, want ErrUnsupported", err)
 	}
 }

@@ -42,8 +42,10 @@ func (d *Driver) tryKind(ctx context.Context, req driver.AcquireRequest) (driver
 	if req.Kind == driver.Write && req.Waiting {
 		mark = req.TTL
 	}
+	c, done := d.conn()
+	defer done()
 	sent := time.Now()
-	r, err := redisscript.AcquireKind(ctx, d.client, kk, req, mark)
+	r, err := redisscript.AcquireKind(ctx, c, kk, req, mark)
 	if err != nil {
 		d.grants.GrantedKind(kk, req.Owner, req.TTL, sent)
 		return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire", err)
@@ -55,6 +57,14 @@ func (d *Driver) tryKind(ctx context.Context, req driver.AcquireRequest) (driver
 		return driver.Grant{}, &driver.LockedError{RetryAfter: r.PTTL, Token: r.Fence}
 	}
 	d.grants.GrantedKind(kk, req.Owner, req.TTL, sent)
+	if err := d.replicated(ctx, c); err != nil {
+		d.undo(ctx, func(ctx context.Context, c redis.UniversalClient) {
+			if _, held, rerr := redisscript.ReleaseKind(ctx, c, kk, req.Owner, r.Fence); rerr == nil {
+				d.grants.Released(kk.ID(), req.Owner, held)
+			}
+		})
+		return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire: granted, then released", err)
+	}
 	if d.gate.Stopped() {
 		return driver.Grant{}, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
@@ -199,8 +209,10 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	for i, r := range reqs {
 		ks[i] = redisscript.KeysFor(d.prefix, r.Name)
 	}
+	c, done := d.conn()
+	defer done()
 	sent := time.Now()
-	r, err := redisscript.AcquireMulti(ctx, d.client, ks, owner, ttl, delay)
+	r, err := redisscript.AcquireMulti(ctx, c, ks, owner, ttl, delay)
 	if errors.Is(err, redisscript.ErrCrossSlot) {
 		return nil, fmt.Errorf("redislock: multi-acquire: %w: %w", err, driver.ErrUnsupported)
 	}
@@ -217,6 +229,16 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	for i, a := range r.Granted {
 		d.grants.Granted(ks[i], owner, ttl, sent)
 		gs[i] = driver.Grant{Token: a.Fence, Count: a.Count, Sent: sent, Handle: &ks[i]}
+	}
+	if err := d.replicated(ctx, c); err != nil {
+		d.undo(ctx, func(ctx context.Context, c redis.UniversalClient) {
+			for i, k := range ks {
+				if _, held, rerr := redisscript.Release(ctx, c, k, owner, gs[i].Token); rerr == nil {
+					d.grants.Released(k.Lock, owner, held)
+				}
+			}
+		})
+		return nil, ctxerr.Wrap(ctx, "redislock: multi-acquire: granted, then released", err)
 	}
 	if d.gate.Stopped() {
 		return nil, fmt.Errorf("redislock: multi-acquire: granted while closing, released by Close: %w", dlock.ErrClosed)

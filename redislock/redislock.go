@@ -63,6 +63,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -86,6 +87,26 @@ type Options struct {
 	// (URL parameter key_prefix). It must not contain '{', '}', glob
 	// characters (*?[]\) or control characters. Default "dlock:".
 	KeyPrefix string
+	// MinReplicas, when above 0, makes every grant wait with WAIT until
+	// that many replicas acknowledged it (URL parameter min_replicas): the
+	// grant script and its WAIT run on one connection, so the lock's value
+	// and its fencing counter (written by the same script) are both
+	// covered. A grant not acknowledged within ReplicaTimeout is released
+	// and returned as an error wrapping ErrNotReplicated, never handed to
+	// the caller; a renewal not acknowledged counts as not confirmed; a
+	// fence raise not acknowledged fails. Releases, waiting-queue entries
+	// and waiting-writer marks do not wait. It needs one master: client must
+	// be a *redis.Client (redis.NewClient, or redis.NewFailoverClient for
+	// Sentinel); with another client New refuses it (driver.ErrInvalid).
+	// WAIT is not consensus: a failover to a replica that did not
+	// acknowledge can still lose a grant. Default 0: no waiting (Redis
+	// replicates asynchronously).
+	MinReplicas int
+	// ReplicaTimeout bounds each WAIT of MinReplicas (URL parameter
+	// replica_timeout); at least 1ms. Keep it well below the lease TTL. It
+	// is added to the latency of a grant whose replicas lag. Default
+	// DefaultReplicaTimeout (1s).
+	ReplicaTimeout time.Duration
 }
 
 // Driver is a dlock driver over one go-redis client. It implements
@@ -96,6 +117,12 @@ type Driver struct {
 	own    bool // Close closes client (opened from a URL)
 	prefix string
 	hub    *redisscript.Hub
+
+	// With Options.MinReplicas: the client as a *redis.Client, the
+	// replicas every grant waits for, and for how long.
+	single         *redis.Client
+	minReplicas    int
+	replicaTimeout time.Duration
 
 	gate      redisscript.Gate   // Close waits for calls in flight, refuses new ones
 	grants    redisscript.Grants // granted and not released: Close releases them
@@ -121,8 +148,11 @@ var (
 // every network wait; without it go-redis bounds reads by its ReadTimeout
 // only. With a *redis.ClusterClient a lock's keys share one slot by their
 // hash tag, and renewal sends one script call per lease in one pipeline per
-// node. A nil client or a bad Options field is refused with an error
-// wrapping driver.ErrInvalid.
+// node. A Sentinel failover client (redis.NewFailoverClient) follows the
+// master across failovers: renewals, waiters' pub/sub and Inspect reach the
+// promoted replica once Sentinel names it. A nil client or a bad Options
+// field (MinReplicas with a client other than a *redis.Client included) is
+// refused with an error wrapping driver.ErrInvalid.
 func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if client == nil {
 		return nil, openurl.Invalid("client", "redislock: client is nil")
@@ -134,7 +164,12 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if err := redisscript.CheckPrefix(prefix); err != nil {
 		return nil, openurl.Invalid("KeyPrefix", "redislock: invalid KeyPrefix: %w", err)
 	}
-	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client, nil), stop: make(chan struct{})}, nil
+	single, minReplicas, replicaTimeout, err := replicaOptions(client, o)
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
+		single: single, minReplicas: minReplicas, replicaTimeout: replicaTimeout}, nil
 }
 
 func (d *Driver) keys(name string, handle any) redisscript.Keys {
@@ -176,8 +211,10 @@ func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.Acq
 		return driver.Grant{}, errClosed
 	}
 	defer d.gate.Exit()
+	c, done := d.conn()
+	defer done()
 	sent := time.Now()
-	r, err := redisscript.AcquireQueued(ctx, d.client, k, req.Owner, req.TTL, req.LockDelay, wait)
+	r, err := redisscript.AcquireQueued(ctx, c, k, req.Owner, req.TTL, req.LockDelay, wait)
 	if err != nil {
 		// The outcome is unknown: the script may have run. Book it, so
 		// that Close releases it if nobody does first (the dlock
@@ -189,6 +226,14 @@ func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.Acq
 		return driver.Grant{}, &driver.LockedError{RetryAfter: r.PTTL, Token: r.Fence}
 	}
 	d.grants.Granted(k, req.Owner, req.TTL, sent)
+	if err := d.replicated(ctx, c); err != nil {
+		d.undo(ctx, func(ctx context.Context, c redis.UniversalClient) {
+			if _, held, rerr := redisscript.Release(ctx, c, k, req.Owner, r.Fence); rerr == nil {
+				d.grants.Released(k.Lock, req.Owner, held)
+			}
+		})
+		return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire: granted, then released", err)
+	}
 	if d.gate.Stopped() {
 		return driver.Grant{}, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
@@ -344,10 +389,17 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 			ids[i] = d.kindKeys(l).ID()
 		}
 	}
+	c, done := d.conn()
+	defer done()
 	sent := time.Now()
-	errs, err := redisscript.Renew(ctx, d.client, items)
+	errs, err := redisscript.Renew(ctx, c, items)
 	if err != nil {
 		return nil, ctxerr.Wrap(ctx, "redislock: renew", err)
+	}
+	if slices.Contains(errs, nil) {
+		if err := d.replicated(ctx, c); err != nil {
+			notReplicatedRenewals(errs, err)
+		}
 	}
 	for i, e := range errs {
 		switch {
@@ -474,7 +526,12 @@ func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atL
 		return errClosed
 	}
 	defer d.gate.Exit()
-	if err := redisscript.RaiseFence(ctx, d.client, redisscript.FenceKey(d.prefix, name, k), atLeast); err != nil {
+	c, done := d.conn()
+	defer done()
+	if err := redisscript.RaiseFence(ctx, c, redisscript.FenceKey(d.prefix, name, k), atLeast); err != nil {
+		return ctxerr.Wrap(ctx, "redislock: raise fence", err)
+	}
+	if err := d.replicated(ctx, c); err != nil {
 		return ctxerr.Wrap(ctx, "redislock: raise fence", err)
 	}
 	return nil

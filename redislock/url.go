@@ -32,7 +32,9 @@ var ourParams = []string{"key_prefix"}
 
 // OpenURL opens a driver for redis://[user:password@]host[:port][/db][?…]
 // or rediss:// (TLS) over a go-redis client of its own, which Close closes.
-// The parameter key_prefix sets Options.KeyPrefix. TLS: rediss:// or
+// The parameter key_prefix sets Options.KeyPrefix, min_replicas and
+// replica_timeout (a duration, e.g. 500ms) Options.MinReplicas and
+// Options.ReplicaTimeout. TLS: rediss:// or
 // tls=true; ca_file (PEM CAs to trust instead of the system's), cert_file
 // and key_file (a client certificate, for servers with tls-auth-clients)
 // and server_name (the name to verify instead of the host) each imply TLS,
@@ -78,6 +80,9 @@ func parseURL(u *url.URL) (*redis.Options, *Options, error) {
 			}
 			q.Del(p)
 		}
+	}
+	if err := takeReplicaParams(q, o); err != nil {
+		return nil, nil, err
 	}
 	tp, useTLS, err := openurl.TakeTLSOn(q)
 	if err != nil {

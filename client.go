@@ -23,10 +23,12 @@ import (
 // A Client is safe for concurrent use. Create one per backend and share it;
 // each Client is a separate session to the backend.
 type Client struct {
-	d      driver.Driver
-	opts   Options // with defaults
-	log    *slog.Logger
-	limits driver.Limits
+	d       driver.Driver
+	opts    Options // with defaults
+	log     *slog.Logger
+	hooks   Hooks  // nil when none
+	backend string // Backend()
+	limits  driver.Limits
 
 	epoch time.Time // zero of the Client's clock (see Client.now)
 
@@ -69,6 +71,15 @@ type Client struct {
 // cannot be reached as an *OpError. Errors never contain the URL's password
 // or the values of secret-looking query parameters (password=, …).
 func Open(ctx context.Context, rawURL string) (*Client, error) {
+	return OpenWith(ctx, rawURL, nil)
+}
+
+// OpenWith is Open with Options to start from: the URL's query parameters
+// (ttl, lock_delay, …) override the fields they name, and the fields that
+// have no parameter (Logger, Hooks) are taken from opts. opts may be nil.
+//
+//	client, err := dlock.OpenWith(ctx, "redis://localhost:6379/0", &dlock.Options{Hooks: metrics, Logger: slog.Default()})
+func OpenWith(ctx context.Context, rawURL string, opts *Options) (*Client, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Parse echoes the input, password included: do not wrap it.
@@ -82,6 +93,9 @@ func Open(ctx context.Context, rawURL string) (*Client, error) {
 		return nil, err
 	}
 	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	if err := takeClientParams(u, &o); err != nil {
 		return nil, err
 	}
@@ -140,6 +154,8 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 		d:         d,
 		opts:      o,
 		log:       o.Logger,
+		hooks:     o.Hooks,
+		backend:   backendOf(d),
 		epoch:     time.Now(),
 		heaps:     [nHeaps]leaseHeap{{k: byRenew}, {k: byEarly}, {k: byDeadline}},
 		lostWatch: map[<-chan struct{}]*lostWatcher{},
@@ -166,6 +182,13 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 	}()
 	return c, nil
 }
+
+// Backend names the Client's backend, as Hooks, logs and metrics label it:
+// the URL scheme of the dlock drivers without its TLS variant ("mem",
+// "sqlite", "redis", "redlock", "etcd", "zk", "postgres", "mysql",
+// "quorum"), and for another driver the name of its package, less a "lock"
+// suffix.
+func (c *Client) Backend() string { return c.backend }
 
 // LockInfo describes one lock, as Inspect reports it. Kind tells a mutex
 // (driver.Exclusive) from a read/write lock (driver.Write, whichever side is
@@ -265,7 +288,7 @@ func (c *Client) Close() error {
 				defer wg.Done()
 				defer func() { <-sem }()
 				if _, err := c.d.Release(ctx, l.driverLease()); err != nil && !errors.Is(err, ErrNotHeld) {
-					c.log.Warn("dlock: release on close failed; the lock will expire by TTL", "name", l.name, "err", err)
+					c.log.Warn("dlock: release on close failed; the lock will expire by TTL", "backend", c.backend, "name", l.name, "err", err)
 				}
 				l.end(ErrClosed)
 			}(l)
@@ -278,7 +301,7 @@ func (c *Client) Close() error {
 				defer func() { <-sem }()
 				if _, err := c.d.Release(ctx, p.dl); err != nil && !errors.Is(err, ErrNotHeld) {
 					c.log.Warn("dlock: last attempt of a background release on close failed; the lock will expire by TTL or with the session",
-						"op", p.op, "name", p.dl.Name, "err", err)
+						"backend", c.backend, "op", p.op, "name", p.dl.Name, "err", err)
 				}
 			}(p)
 		}

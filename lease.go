@@ -22,15 +22,18 @@ import (
 // the resource it writes, so that a resource that checks fencing tokens can
 // refuse a holder that lost its lease without knowing it yet.
 type Lease struct {
-	c         *Client
-	name      string
-	owner     string
-	token     uint64
-	handle    any
-	kind      driver.Kind
-	permits   int
-	delay     time.Duration
-	drift     time.Duration
+	c       *Client
+	name    string
+	owner   string
+	token   uint64
+	handle  any
+	kind    driver.Kind
+	permits int
+	delay   time.Duration
+	drift   time.Duration
+	// grantedAt is when the grant was reported to the Client's Hooks
+	// (LeaseStart), on the Client's clock; see observed.
+	grantedAt int64
 	lost      <-chan struct{}
 	cause     func() error
 	parent    context.Context // the context Lock was called with, for Context's values
@@ -44,8 +47,13 @@ type Lease struct {
 	keys       [nHeaps]int64 // schedule keys, on the Client's clock
 	pos        [nHeaps]int32 // positions in the Client's heaps, -1 if absent
 
-	mu         sync.Mutex
-	releasing  bool
+	mu        sync.Mutex
+	releasing bool
+	// observed is set, with grantedAt, when the Client's Hooks were told of
+	// the grant, before the lease is shared (so it needs no lock; it sits
+	// here to use the padding); end then tells them of its end.
+	observed   bool
+	renewFails uint16 // automatic renewals failed in a row (saturating)
 	ttl        time.Duration
 	renewEvery time.Duration
 	validUntil int64 // local monotonic deadline, on the Client's clock
@@ -181,6 +189,19 @@ func (l *Lease) ValidFor() time.Duration {
 // context detached from ctx's cancellation, bounded by the client's
 // ReleaseTimeout, so that its outcome is always known.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l.c.hooks == nil {
+		return l.extend(ctx, ttl)
+	}
+	t, tctx := l.c.startOp(ctx, OpInfo{Op: "extend", Name: l.name, Kind: l.kind.String(), Token: l.token})
+	if ctx != nil {
+		ctx = tctx
+	}
+	err := l.extend(ctx, ttl)
+	t.end(err, 0)
+	return err
+}
+
+func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < minTTL || ttl > maxDuration {
 		return invalid("TTL", "must be between %v and %v, got %v", minTTL, maxDuration, ttl)
 	}
@@ -244,6 +265,19 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // since a retry of a release that did take effect would give up another hold
 // of the same owner; its lock is freed when its TTL or session ends.
 func (l *Lease) Unlock(ctx context.Context) error {
+	if l.c.hooks == nil {
+		return l.unlock(ctx)
+	}
+	t, tctx := l.c.startOp(ctx, OpInfo{Op: "unlock", Name: l.name, Kind: l.kind.String(), Token: l.token})
+	if ctx != nil {
+		ctx = tctx
+	}
+	err := l.unlock(ctx)
+	t.end(err, 0)
+	return err
+}
+
+func (l *Lease) unlock(ctx context.Context) error {
 	if !l.beginRelease() {
 		return fmt.Errorf("dlock: unlock %q: %w", l.name, ErrNotHeld)
 	}
@@ -320,10 +354,12 @@ func (l *Lease) confirmedLocked(sent time.Time) {
 	l.renewalLocked(at + int64(l.renewEvery))
 }
 
-// lose ends the lease with ErrLeaseLost wrapping cause.
+// lose ends the lease with ErrLeaseLost wrapping cause, and logs the loss
+// at Error.
 func (l *Lease) lose(cause error) {
 	if l.end(&lostError{cause: cause}) {
-		l.c.log.Warn("dlock: lease lost", "name", l.name, "token", l.token, "cause", cause)
+		l.c.log.Error("dlock: lease lost", "backend", l.c.backend, "name", l.name, "kind", l.kind.String(),
+			"token", l.token, "cause", cause)
 	}
 }
 
@@ -342,8 +378,12 @@ func (l *Lease) end(err error) bool {
 	if l.sig != nil {
 		done, cancel = l.sig.done, l.sig.cancel
 	}
+	ttl := l.ttl
 	l.mu.Unlock()
 	l.c.unregister(l)
+	if l.observed {
+		l.c.leaseEnded(l, ttl, err)
+	}
 	if cancel != nil {
 		cancel(err)
 	}

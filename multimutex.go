@@ -83,17 +83,42 @@ func (mm *MultiMutex) TryLock(ctx context.Context) (*MultiLease, error) {
 var errNoMulti = errors.New("no atomic multi-acquire for this set")
 
 func (mm *MultiMutex) acquire(ctx context.Context, wait bool) (*MultiLease, error) {
+	if mm.c.hooks == nil {
+		return mm.acquireOp(ctx, ctx, wait, nil)
+	}
+	op := "trylock"
+	if wait {
+		op = "lock"
+	}
+	t, tctx := mm.c.startOp(ctx, OpInfo{Op: op, Name: strings.Join(mm.names, ","), Names: mm.names, Kind: "multi"})
+	if ctx == nil {
+		tctx = nil
+	}
+	ml, err := mm.acquireOp(ctx, tctx, wait, t)
+	var token uint64
+	if ml != nil {
+		token = ml.Token()
+	}
+	t.end(err, token)
+	return ml, err
+}
+
+// acquireOp is acquire's work: ctx is the caller's context, which the
+// leases keep the values of, and tctx the operation's (ctx, or what the
+// hooks derived from it, followed by t; nil: no hooks), for the backend's
+// calls.
+func (mm *MultiMutex) acquireOp(ctx, tctx context.Context, wait bool, t *opTrace) (*MultiLease, error) {
 	if mm.err != nil {
 		return nil, mm.err
 	}
-	if ctx == nil {
+	if ctx == nil || tctx == nil {
 		return nil, invalid("ctx", "must not be nil")
 	}
 	if mm.c.isClosed() {
 		return nil, ErrClosed
 	}
 	if ma, ok := mm.c.d.(driver.MultiAcquirer); ok && len(mm.parts) > 1 {
-		ml, err := mm.tryMulti(ctx, ma, wait)
+		ml, err := mm.tryMulti(ctx, tctx, ma, wait, t)
 		switch {
 		case err == nil:
 			return ml, nil
@@ -104,7 +129,7 @@ func (mm *MultiMutex) acquire(ctx context.Context, wait bool) (*MultiLease, erro
 			return nil, err
 		}
 	}
-	return mm.oneByOne(ctx, wait)
+	return mm.oneByOne(ctx, tctx, wait)
 }
 
 // label names the set in errors.
@@ -116,8 +141,9 @@ func (mm *MultiMutex) label() string {
 	return "[" + strings.Join(q, " ") + "]"
 }
 
-// tryMulti makes one atomic attempt through the driver.
-func (mm *MultiMutex) tryMulti(ctx context.Context, ma driver.MultiAcquirer, wait bool) (*MultiLease, error) {
+// tryMulti makes one atomic attempt through the driver, on tctx (see
+// acquireOp).
+func (mm *MultiMutex) tryMulti(ctx, tctx context.Context, ma driver.MultiAcquirer, wait bool, t *opTrace) (*MultiLease, error) {
 	c := mm.c
 	op := "trylock"
 	if wait {
@@ -133,7 +159,7 @@ func (mm *MultiMutex) tryMulti(ctx context.Context, ma driver.MultiAcquirer, wai
 		reqs[i] = driver.AcquireRequest{Name: p.name, Owner: r.owner, TTL: p.r.ttl, LockDelay: p.r.delay}
 	}
 	sent := time.Now()
-	gs, err := ma.TryAcquireMulti(ctx, reqs)
+	gs, err := ma.TryAcquireMulti(tctx, reqs)
 	if err == nil && len(gs) != len(reqs) {
 		err = fmt.Errorf("driver returned %d grants for %d names", len(gs), len(reqs))
 	}
@@ -143,6 +169,9 @@ func (mm *MultiMutex) tryMulti(ctx context.Context, ma driver.MultiAcquirer, wai
 				err = errZeroToken
 			}
 		}
+	}
+	if t != nil {
+		t.attempt(err, time.Since(sent))
 	}
 	if err != nil {
 		switch {
@@ -190,12 +219,13 @@ func cmpOr(a, b error) error {
 	return b
 }
 
-// oneByOne takes the names in canonical order through the Mutex machinery.
-func (mm *MultiMutex) oneByOne(ctx context.Context, wait bool) (*MultiLease, error) {
+// oneByOne takes the names in canonical order through the Mutex machinery,
+// on tctx (see acquireOp).
+func (mm *MultiMutex) oneByOne(ctx, tctx context.Context, wait bool) (*MultiLease, error) {
 	for {
 		leases := make([]*Lease, 0, len(mm.parts))
 		for _, p := range mm.parts {
-			l, err := p.acquire(ctx, wait)
+			l, err := p.acquireIn(tctx, ctx, wait)
 			if err != nil {
 				unlockAll(leases)
 				return nil, err
@@ -216,7 +246,7 @@ func (mm *MultiMutex) oneByOne(ctx context.Context, wait bool) (*MultiLease, err
 		if !wait || ctx.Err() != nil {
 			return nil, lost
 		}
-		mm.c.log.Warn("dlock: a part of a multi-lock ended while waiting for the others; taking them again", "err", lost)
+		mm.c.log.Warn("dlock: a part of a multi-lock ended while waiting for the others; taking them again", "backend", mm.c.backend, "err", lost)
 	}
 }
 

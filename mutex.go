@@ -129,11 +129,42 @@ func retryable(ctx context.Context, err error) bool {
 	return true
 }
 
+// acquire takes the lock for a caller: ctx is the caller's context, which
+// the lease keeps the values of.
 func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
+	return m.acquireIn(ctx, ctx, wait)
+}
+
+// acquireIn takes the lock; ctx is the context of the work (a MultiMutex's
+// operation, for the hooks), parent the caller's, which the lease keeps the
+// values of. With Hooks it reports the operation around acquireOp.
+func (m *Mutex) acquireIn(ctx, parent context.Context, wait bool) (*Lease, error) {
+	if m.c.hooks == nil {
+		return m.acquireOp(ctx, parent, wait, nil)
+	}
+	waitOp, op := ops(m.kind)
+	if wait {
+		op = waitOp
+	}
+	t, tctx := m.c.startOp(ctx, OpInfo{Op: op, Name: m.name, Kind: m.kind.String()})
+	if ctx != nil {
+		ctx = tctx
+	}
+	l, err := m.acquireOp(ctx, parent, wait, t)
+	var token uint64
+	if l != nil {
+		token = l.token
+	}
+	t.end(err, token)
+	return l, err
+}
+
+// acquireOp is acquireIn's work; t follows it for the hooks (nil: none).
+func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*Lease, error) {
 	if m.err != nil {
 		return nil, m.err
 	}
-	if ctx == nil {
+	if ctx == nil || parent == nil {
 		return nil, invalid("ctx", "must not be nil")
 	}
 	c := m.c
@@ -151,7 +182,6 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 	if wait {
 		op = waitOp
 	}
-	parent := ctx // the lease keeps its values, not the wait's wrapper
 	if wait {
 		// Stop waiting when the client closes.
 		var cancel context.CancelCauseFunc
@@ -185,8 +215,11 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			if err == nil && g.Token == 0 {
 				err = errZeroToken
 			}
+			if t != nil {
+				t.attempt(err, time.Since(sent))
+			}
 		} else {
-			g, sent, err = m.tryLoop(ctx, req, r, wait, explicitOwner)
+			g, sent, err = m.tryLoop(ctx, req, r, wait, explicitOwner, t)
 		}
 		if err == nil {
 			granted = true
@@ -216,7 +249,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (*Lease, error) {
 			req.Owner = r.owner
 		}
 		d := bo.next()
-		c.log.Warn("dlock: lock attempt failed, retrying", "name", m.name, "retry_in", d, "err", err)
+		c.log.Warn("dlock: lock attempt failed, retrying", "backend", c.backend, "name", m.name, "retry_in", d, "err", err)
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -257,6 +290,12 @@ func (m *Mutex) finish(ctx context.Context, op string, r resolved, g driver.Gran
 		l.end(&lostError{cause: errors.New("granted after its validity deadline")})
 		return nil, &OpError{Op: op, Name: m.name, Err: fmt.Errorf("the grant arrived after its validity deadline (TTL %v); the lock was released", l.ttl)}
 	}
+	if c.hooks != nil {
+		// Reported before register, so that LeaseEnd, which a loss noticed
+		// at once could call, always comes after.
+		l.observed, l.grantedAt = true, c.now()
+		c.hooks.LeaseStart(c.leaseInfo(l, l.ttl))
+	}
 	if !c.register(l, g.Lost) {
 		rctx, rcancel := c.detached(ctx)
 		_, _ = c.d.Release(rctx, l.driverLease())
@@ -277,7 +316,7 @@ func (c *Client) withdraw(ctx context.Context, req driver.AcquireRequest) {
 	wctx, cancel := c.detached(ctx)
 	defer cancel()
 	if err := w.Withdraw(wctx, req); err != nil {
-		c.log.Warn("dlock: withdrawing a waiting writer failed; its mark expires on its own", "name", req.Name, "err", err)
+		c.log.Warn("dlock: withdrawing a waiting writer failed; its mark expires on its own", "backend", c.backend, "name", req.Name, "err", err)
 	}
 }
 
@@ -290,7 +329,7 @@ func waitEnded(op, name string, ctx context.Context, last error) error {
 
 // tryLoop calls TryAcquire until it succeeds, fails for a reason other than
 // ErrLocked, or (when wait is false) after the first attempt.
-func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolved, wait, explicitOwner bool) (driver.Grant, time.Time, error) {
+func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolved, wait, explicitOwner bool, t *opTrace) (driver.Grant, time.Time, error) {
 	var sub driver.Subscription
 	defer func() {
 		if sub != nil {
@@ -312,7 +351,7 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 		s, err := n.Subscribe(ctx, m.name)
 		if err != nil {
 			if ctx.Err() == nil {
-				c.log.Warn("dlock: release notifications unavailable, polling", "name", m.name, "err", err)
+				c.log.Warn("dlock: release notifications unavailable, polling", "backend", c.backend, "name", m.name, "err", err)
 			}
 			return
 		}
@@ -322,10 +361,16 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 	for {
 		sent := time.Now()
 		g, err := c.d.TryAcquire(ctx, req)
+		if err == nil && g.Token == 0 {
+			err = errZeroToken
+		}
+		if t != nil {
+			t.attempt(err, time.Since(sent))
+		}
+		if err == errZeroToken {
+			return driver.Grant{}, sent, err
+		}
 		if err == nil {
-			if g.Token == 0 {
-				return driver.Grant{}, sent, errZeroToken
-			}
 			return g, sent, nil
 		}
 		if !errors.Is(err, ErrLocked) {

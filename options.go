@@ -29,8 +29,8 @@ const (
 )
 
 // Options are a Client's defaults. The zero value (or nil) means every
-// default. Each field maps one-to-one onto a URL query parameter of Open,
-// named in the field's comment.
+// default. Each field but Logger and Hooks maps one-to-one onto a URL query
+// parameter of Open, named in the field's comment.
 type Options struct {
 	// TTL is how long a lease lives on the server without renewal
 	// (`ttl`, e.g. "30s"). Default DefaultTTL. A session-bound backend
@@ -67,8 +67,18 @@ type Options struct {
 	// Mutex.Lock.
 	FailFast bool
 	// Logger receives renewal failures, lease losses, retried lock attempts
-	// and background releases. Default: none.
+	// and background releases. Default: none. Records carry the attributes
+	// backend, name and, for a held lease, token; a renewal that fails
+	// (or goes unanswered for a renewal interval) is logged at Warn, with
+	// the attempt number and the time left before the lease's validity
+	// deadline, before the lease is lost; a loss is logged at Error with
+	// its cause. See docs/observability.md.
 	Logger *slog.Logger
+	// Hooks observes every operation, attempt, grant, renewal and loss of
+	// the Client's locks, for metrics and tracing (packages dlockprom and
+	// dlockotel; JoinHooks combines several). Default: none, which costs
+	// nothing.
+	Hooks Hooks
 }
 
 // MutexOptions are one lock's settings. Nil, or a zero field, takes the

@@ -37,7 +37,7 @@ const releaseRetryMaxFloor = time.Second
 func (c *Client) releaseUnknown(op string, dl driver.Lease, lost <-chan struct{}, generated bool, err error) {
 	if !generated {
 		c.log.Warn("dlock: release failed and is not retried, since the owner is explicit (a retry could give up another hold of the same owner); the lock is freed when its TTL or session ends",
-			"op", op, "name", dl.Name, "err", err)
+			"backend", c.backend, "op", op, "name", dl.Name, "err", err)
 		return
 	}
 	p := &releaseRetry{op: op, dl: dl, lost: lost}
@@ -50,13 +50,13 @@ func (c *Client) releaseUnknown(op string, dl driver.Lease, lost <-chan struct{}
 	if c.closed.Load() {
 		c.mu.Unlock()
 		c.log.Warn("dlock: release failed while the client closes; the lock is freed when its TTL or session ends",
-			"op", op, "name", dl.Name, "err", err)
+			"backend", c.backend, "op", op, "name", dl.Name, "err", err)
 		return
 	}
 	c.retries[p] = struct{}{}
 	c.retryWG.Add(1)
 	c.mu.Unlock()
-	c.log.Warn("dlock: release failed, retrying in the background", "op", op, "name", dl.Name, "err", err)
+	c.log.Warn("dlock: release failed, retrying in the background", "backend", c.backend, "op", op, "name", dl.Name, "err", err)
 	go c.runRetry(p)
 }
 
@@ -79,7 +79,7 @@ func (c *Client) runRetry(p *releaseRetry) {
 				delete(c.retries, p)
 				c.mu.Unlock()
 				c.log.Warn("dlock: background release gave up: the lease has expired on the server by now",
-					"op", p.op, "name", p.dl.Name)
+					"backend", c.backend, "op", p.op, "name", p.dl.Name)
 				return
 			}
 			d = min(d, left)
@@ -108,6 +108,6 @@ func (c *Client) runRetry(p *releaseRetry) {
 		case c.closeCtx.Err() != nil:
 			return // Close makes the last attempt
 		}
-		c.log.Warn("dlock: background release failed, will retry", "op", p.op, "name", p.dl.Name, "err", err)
+		c.log.Warn("dlock: background release failed, will retry", "backend", c.backend, "op", p.op, "name", p.dl.Name, "err", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -297,9 +298,17 @@ func (c *Client) renewBatch(batch []*Lease) {
 	// deadline of the batch; the reaper ends those leases then anyway.
 	timeout := max(time.Duration(deadline-c.at(now)), 10*time.Millisecond)
 	ctx, cancel := context.WithTimeout(c.closeCtx, timeout)
+	// A call that hangs (a paused server, a partition that drops packets)
+	// fails only at the batch's earliest deadline, when the leases are lost
+	// anyway: warn while they can still be saved.
+	slow := c.warnUnanswered(live, timeout)
 	sent := time.Now()
 	errs, err := c.d.Renew(ctx, ls)
+	latency := time.Since(sent)
 	cancel()
+	if slow != nil {
+		slow.Stop()
+	}
 	if err == nil && len(errs) != len(ls) {
 		err = fmt.Errorf("driver returned %d results for %d leases", len(errs), len(ls))
 	}
@@ -308,13 +317,29 @@ func (c *Client) renewBatch(batch []*Lease) {
 		if e == nil {
 			e = errs[i]
 		}
+		var r RenewalInfo
+		var info LeaseInfo
 		switch {
 		case e == nil:
 			l.mu.Lock()
 			l.confirmedLocked(sent)
+			l.renewFails = 0
+			if c.hooks != nil {
+				r = RenewalInfo{Outcome: OutcomeOK, ValidFor: l.validForLocked()}
+				info = c.leaseInfo(l, l.ttl)
+			}
 			l.mu.Unlock()
 		case gone(e):
+			if c.hooks != nil {
+				l.mu.Lock()
+				r = RenewalInfo{Outcome: OutcomeLost, Err: e, Latency: latency, Failures: int(l.renewFails) + 1,
+					ValidFor: l.validForLocked(), Batch: len(live), Index: i}
+				info = c.leaseInfo(l, l.ttl)
+				l.mu.Unlock()
+				c.hooks.Renewal(info, r)
+			}
 			l.lose(e)
+			continue
 		default:
 			// Fate unknown: try again soon, but never past the validity
 			// deadline, which the reaper enforces on its own.
@@ -322,10 +347,63 @@ func (c *Client) renewBatch(batch []*Lease) {
 			t := c.now()
 			retry := min(l.renewEvery/4, max(time.Duration(l.validUntil-t)/3, time.Millisecond))
 			l.renewalLocked(t + int64(max(retry, time.Millisecond)))
+			if l.renewFails < math.MaxUint16 {
+				l.renewFails++
+			}
+			fails, left := l.renewFails, l.validForLocked()
+			if c.hooks != nil {
+				r = RenewalInfo{Outcome: OutcomeError, Err: e, Failures: int(fails), ValidFor: left}
+				info = c.leaseInfo(l, l.ttl)
+			}
 			l.mu.Unlock()
-			c.log.Warn("dlock: renewal failed, will retry", "name", l.name, "err", e)
+			c.log.Warn("dlock: renewal failed, will retry until the lease's validity deadline", "backend", c.backend,
+				"name", l.name, "kind", l.kind.String(), "token", l.token, "attempt", int(fails), "valid_for", left, "err", e)
+		}
+		if c.hooks != nil {
+			r.Latency, r.Batch, r.Index = latency, len(live), i
+			c.hooks.Renewal(info, r)
 		}
 	}
+}
+
+// validForLocked is ValidFor with l.mu held.
+func (l *Lease) validForLocked() time.Duration {
+	if l.err != nil {
+		return 0
+	}
+	return max(time.Duration(l.validUntil-l.c.now()), 0)
+}
+
+// warnUnanswered arranges for a Warn record per lease of a renewal batch
+// whose call is still unanswered after the leases' renewal interval (at
+// most half the call's timeout, which ends at the batch's earliest validity
+// deadline); the caller stops the timer it returns when the call returns.
+// Nothing is arranged when the logger does not record warnings.
+func (c *Client) warnUnanswered(live []*Lease, timeout time.Duration) *time.Timer {
+	if !c.log.Enabled(context.Background(), slog.LevelWarn) {
+		return nil
+	}
+	after := timeout / 2
+	for _, l := range live {
+		l.mu.Lock()
+		after = min(after, l.renewEvery)
+		l.mu.Unlock()
+	}
+	start := time.Now()
+	return time.AfterFunc(after, func() {
+		waited := time.Since(start).Round(time.Millisecond)
+		for _, l := range live {
+			l.mu.Lock()
+			ended, fails, left := l.err != nil, l.renewFails, l.validForLocked()
+			l.mu.Unlock()
+			if ended {
+				continue
+			}
+			c.log.Warn("dlock: renewal not answered yet; the lease is lost at its validity deadline unless it gets through",
+				"backend", c.backend, "name", l.name, "kind", l.kind.String(), "token", l.token,
+				"attempt", int(fails)+1, "waited", waited, "valid_for", left)
+		}
+	})
 }
 
 // runReaper ends the leases whose local validity deadline passes before

@@ -68,3 +68,35 @@ func lookupScheme(scheme string) (URLOpener, error) {
 // them, but client libraries sometimes do; Open passes every error through
 // this.
 func redact(err error, u *url.URL) error { return openurl.RedactError(err, u) }
+
+// OpenDriver opens the driver that rawURL names through its registered
+// opener, with no Client around it, for drivers built over other drivers
+// (package quorum opens its nodes this way). The caller owns the driver and
+// closes it. The Client's parameters (ttl, lock_delay, …) belong to the
+// Client over the outer driver and are refused here. Bad input is reported
+// as by Open, wrapping ErrInvalid (an unknown scheme, a malformed URL, a
+// parameter the driver refuses); no error carries the URL's secrets.
+func OpenDriver(ctx context.Context, rawURL string) (driver.Driver, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		// url.Parse echoes the input, password included: do not wrap it.
+		return nil, invalid("url", "cannot parse (check its form: scheme://host/path?params)")
+	}
+	if u.Scheme == "" {
+		return nil, invalid("url", "has no scheme (registered: %v)", Schemes())
+	}
+	open, err := lookupScheme(u.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	for name := range u.Query() {
+		if _, ok := clientParams[name]; ok {
+			return nil, invalid("url", "parameter %s belongs to the Client, not to a driver opened on its own", name)
+		}
+	}
+	d, err := open(ctx, u)
+	if err != nil {
+		return nil, redact(err, u)
+	}
+	return d, nil
+}

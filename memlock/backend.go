@@ -25,6 +25,7 @@ type entry struct {
 	owner      string
 	count      int
 	fence      uint64
+	floor      uint64    // a RaiseFence while held: the next grant's token is above it
 	expires    time.Time // server time; zero when free
 	delayUntil time.Time // lock-delay deadline after an expiry
 	delay      time.Duration
@@ -154,7 +155,7 @@ func (b *Backend) acquireMutexLocked(req driver.AcquireRequest, now time.Time) (
 	if now.Before(e.delayUntil) {
 		return driver.Grant{}, &driver.LockedError{RetryAfter: e.delayUntil.Sub(now), Token: e.fence}
 	}
-	e.fence++
+	e.fence = max(e.fence, e.floor) + 1
 	e.owner, e.count = req.Owner, 1
 	e.expires = now.Add(req.TTL)
 	e.delay = req.LockDelay

@@ -85,7 +85,12 @@ func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atL
 			e = &entry{}
 			b.locks[name] = e
 		}
-		e.fence = max(e.fence, atLeast)
+		if b.heldLocked(e, b.now()) {
+			// The holder's grant is identified by its token: keep it.
+			e.floor = max(e.floor, atLeast)
+		} else {
+			e.fence = max(e.fence, atLeast)
+		}
 	case driver.Read, driver.Write:
 		e := b.rwLocked(name)
 		e.fence = max(e.fence, atLeast)

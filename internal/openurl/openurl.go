@@ -67,8 +67,9 @@ func SecretParam(name string) bool {
 	return false
 }
 
-// Secrets returns the secrets in u (its password and the values of secret
-// query parameters) in every form in which text derived from u may carry
+// Secrets returns the secrets in u (its password, the values of secret
+// query parameters, and those of URLs given as query values, such as the
+// quorum driver's node=…) in every form in which text derived from u may carry
 // them, longest first, without duplicates or empty strings. A nil u has none.
 func Secrets(u *url.URL) []string {
 	var c collector
@@ -144,6 +145,13 @@ func (c *collector) addQuery(rawQuery string) {
 			name = k
 		}
 		if !SecretParam(name) {
+			// A value that is itself a URL (quorum:?node=redis://u:pw@h)
+			// carries that URL's secrets, escaped once more.
+			if dv, err := url.QueryUnescape(v); err == nil && strings.Contains(dv, "://") {
+				for _, sec := range SecretsOf(dv) {
+					c.add(sec, url.QueryEscape(sec))
+				}
+			}
 			continue
 		}
 		c.add(v)
@@ -172,8 +180,9 @@ func Scrub(s string, secrets []string) string {
 }
 
 // RedactURL returns u as text for logs and errors, with its password and the
-// values of its secret query parameters replaced by Mask. The other
-// parameters keep their order and spelling.
+// values of its secret query parameters replaced by Mask, and URLs given as
+// query values redacted in turn. The other parameters keep their order and
+// spelling.
 func RedactURL(u *url.URL) string {
 	if u == nil {
 		return ""
@@ -187,13 +196,20 @@ func RedactURL(u *url.URL) string {
 	if r.RawQuery != "" {
 		pairs := strings.Split(r.RawQuery, "&")
 		for i, kv := range pairs {
-			k, _, hasValue := strings.Cut(kv, "=")
+			k, v, hasValue := strings.Cut(kv, "=")
 			name, err := url.QueryUnescape(k)
 			if err != nil {
 				name = k
 			}
 			if hasValue && SecretParam(name) {
 				pairs[i] = k + "=" + Mask
+			} else if v, err := url.QueryUnescape(v); err == nil && strings.Contains(v, "://") {
+				// A nested URL (quorum:?node=…) is shown redacted in turn.
+				if nu, err := url.Parse(v); err == nil {
+					pairs[i] = k + "=" + url.QueryEscape(RedactURL(nu))
+				} else {
+					pairs[i] = k + "=" + Mask
+				}
 			}
 		}
 		r.RawQuery = strings.Join(pairs, "&")

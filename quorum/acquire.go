@@ -1,0 +1,501 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
+)
+
+// handle is the driver's Grant.Handle: what each node granted.
+type handle struct {
+	token uint64 // the lease's token
+
+	mu sync.Mutex
+	// nodes[i] is node i's part of the grant: set when node i granted
+	// (held) or its reply was lost (unknown), including answers that came
+	// after the grant was returned.
+	nodes    []nodePart
+	released bool // Release ran: a late grant is undone at once
+	// end is closed when the lease is released or found gone: its loss
+	// watch stops.
+	end     chan struct{}
+	endOnce sync.Once
+	// expires is when the lease lapses unless renewed: the loss watch
+	// stops then too.
+	expires time.Time
+}
+
+type nodePart struct {
+	held    bool
+	unknown bool // the acquire's reply was lost: it may be held
+	refused bool // the node answered without granting
+	grant   driver.Grant
+}
+
+func (h *handle) finish() { h.endOnce.Do(func() { close(h.end) }) }
+
+// answer is one node's reply to an acquire.
+type answer struct {
+	done  bool // replied (or gave up)
+	grant driver.Grant
+	err   error
+}
+
+func (a answer) granted() bool { return a.done && a.err == nil }
+
+// maybeHeld reports whether the node may hold the attempt's grant: it
+// granted it, or its reply was lost.
+func (a answer) maybeHeld() bool { return a.done && (a.err == nil || !definite(a.err)) }
+
+func (a answer) refused() bool { return a.done && errors.Is(a.err, driver.ErrLocked) }
+
+// TryAcquire takes the lock on a majority of nodes (see the package doc).
+// Grant.Sent is when the requests were sent (or earlier, when a node counts
+// its lease from an earlier confirmation), Grant.TTL the shortest TTL a
+// granting node reports; the dlock package keeps the validity deadline and
+// releases a grant that arrives after it. A node's ErrInvalid or
+// ErrUnsupported (a semaphore's permit count differing from the stored
+// one, a lock-delay the backend cannot honour) fails the attempt with that
+// error unless a majority granted.
+//
+// After Close has begun it fails with an error wrapping dlock.ErrClosed; a
+// grant that completes while Close runs is undone on every node, not
+// returned.
+func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if !d.gate.enter() {
+		return driver.Grant{}, errClosed
+	}
+	defer d.gate.exit()
+	for try := 1; ; try++ {
+		g, leftovers, err := d.attempt(ctx, req)
+		if !leftovers {
+			return g, err
+		}
+		if try == maxLeftoverTries || ctx.Err() != nil {
+			return driver.Grant{}, &driver.LockedError{RetryAfter: time.Millisecond}
+		}
+	}
+}
+
+// maxLeftoverTries bounds the attempts of one TryAcquire that found and
+// cleared leftover grants of its own owner (see attempt).
+const maxLeftoverTries = 3
+
+// attempt is one round of the quorum acquire. leftovers reports that a
+// majority granted, but fewer than a majority of nodes re-entered a grant
+// of the same owner: the owner holds no live lease, and the holds it has on
+// some nodes are leftovers of an attempt whose undo never reached them. A
+// re-entry reports the token of that old grant, which may be lower than
+// grants made since on other nodes; attempt then releases everything it
+// got, clears the leftovers, and the caller tries again afresh.
+func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver.Grant, bool, error) {
+	start := time.Now()
+	timeout := d.timeoutFor(req.TTL)
+	n := len(d.nodes)
+	results := fanout(d, ctx, timeout, nil, func(ctx context.Context, _ int, nd driver.Driver) (driver.Grant, error) {
+		return nd.TryAcquire(ctx, req)
+	})
+	ans := make([]answer, n)
+	got, granted, refused, failed := 0, 0, 0, 0
+	reentered := false
+	take := func(r result[driver.Grant]) {
+		got++
+		ans[r.i] = answer{done: true, grant: r.v, err: r.err}
+		switch {
+		case r.err == nil:
+			granted++
+			reentered = reentered || r.v.Count > 1
+		case errors.Is(r.err, driver.ErrLocked):
+			refused++
+		default:
+			failed++
+		}
+	}
+	for got < n && granted < d.quorum && refused+failed <= n-d.quorum {
+		take(<-results)
+	}
+	if granted < d.quorum {
+		// Nodes still answering are undone when they answer, in the
+		// background: a hung node does not slow every refusal down.
+		d.undo(ctx, req, ans)
+		d.undoLate(req, results, n-got)
+		return driver.Grant{}, false, d.refusal(ctx, req, ans, time.Since(start))
+	}
+	if reentered {
+		// A re-entry is judged on every node's answer.
+		for got < n {
+			take(<-results)
+		}
+	} else if got < n {
+		// The token is the largest among the granting nodes: give the
+		// others as long again as the majority took, so that the token
+		// (and Inspect) usually covers every node. Later answers are
+		// handled in the background.
+		grace := time.NewTimer(max(time.Since(start), 2*time.Millisecond))
+	wait:
+		for got < n {
+			select {
+			case r := <-results:
+				take(r)
+			case <-grace.C:
+				break wait
+			}
+		}
+		grace.Stop()
+	}
+	var (
+		token uint64
+		count int
+	)
+	if reentered {
+		var live bool
+		token, count, live = d.liveReentry(req, ans)
+		if !live {
+			d.undo(ctx, req, ans)
+			d.clearLeftovers(ctx, req, ans)
+			return driver.Grant{}, true, nil
+		}
+	} else {
+		for _, a := range ans {
+			if a.granted() {
+				token = max(token, a.grant.Token)
+			}
+		}
+		count = 1
+	}
+	h := &handle{token: token, nodes: make([]nodePart, n), end: make(chan struct{})}
+	for i, a := range ans {
+		switch {
+		case a.granted():
+			h.nodes[i] = nodePart{held: true, grant: a.grant}
+		case a.maybeHeld():
+			h.nodes[i].unknown = true
+		case a.done:
+			h.nodes[i].refused = true
+		}
+	}
+	if err := d.raise(ctx, req, token, ans, timeout); err != nil {
+		d.lateAnswers(req, h, results, n-got, token, timeout)
+		d.releaseAll(ctx, req, h)
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", err)
+	}
+	d.lateAnswers(req, h, results, n-got, token, timeout)
+	if d.gate.isStopped() {
+		d.releaseAll(ctx, req, h)
+		return driver.Grant{}, false, fmt.Errorf("quorum: acquire: granted while closing, undone: %w", dlock.ErrClosed)
+	}
+	g := driver.Grant{Token: token, Count: count, Sent: start, Handle: h}
+	var tokens []uint64
+	for _, a := range ans {
+		tokens = append(tokens, 0)
+		if !a.granted() {
+			continue
+		}
+		tokens[len(tokens)-1] = a.grant.Token
+		if s := a.grant.Sent; !s.IsZero() && s.Before(g.Sent) {
+			g.Sent = s
+		}
+		ttl := a.grant.TTL
+		if ttl == 0 {
+			ttl = req.TTL
+		}
+		if g.TTL == 0 || ttl < g.TTL {
+			g.TTL = ttl
+		}
+	}
+	if g.TTL == req.TTL {
+		g.TTL = 0
+	}
+	h.expires = g.Sent.Add(max(g.TTL, req.TTL))
+	d.recs.put(req, token, tokens, h.expires)
+	g.Lost, g.Cause = d.watchLoss(h, ans)
+	return g, false, nil
+}
+
+// liveReentry reports whether the re-entries among the answers are those
+// of a live lease: a majority of nodes re-entered. It returns the lease's
+// token (as recorded when it was granted, or else the largest token among
+// the re-entered nodes, which is the lease's own when the node that gave it
+// is among them) and the hold count.
+func (d *Driver) liveReentry(req driver.AcquireRequest, ans []answer) (token uint64, count int, live bool) {
+	re := 0
+	tokens := make([]uint64, len(ans))
+	for i, a := range ans {
+		if a.granted() && a.grant.Count > 1 {
+			re++
+			tokens[i] = a.grant.Token
+			token = max(token, a.grant.Token)
+			count = max(count, a.grant.Count)
+		}
+	}
+	if re < d.quorum {
+		return 0, 0, false
+	}
+	if t, ok := d.recs.match(req, tokens); ok {
+		token = t
+	}
+	return token, count, true
+}
+
+// raise makes sure the granting nodes have a counter of at least token
+// before the grant is returned: granting nodes whose own token is the
+// token have it already; the others, and every node that refused, are
+// raised, and raise waits for them. Of the granting nodes, a majority must
+// have the token; nodes whose acquire failed are raised in the background.
+func (d *Driver) raise(ctx context.Context, req driver.AcquireRequest, token uint64, ans []answer, timeout time.Duration) error {
+	have := 0
+	var wait, background []int
+	for i, a := range ans {
+		switch {
+		case !a.done:
+			// lateAnswers raises it once it answers.
+		case a.granted() && a.grant.Token >= token:
+			have++
+		case a.granted() || a.refused():
+			wait = append(wait, i)
+		default:
+			background = append(background, i)
+		}
+	}
+	if len(background) > 0 {
+		_ = fanout(d, context.WithoutCancel(ctx), timeout, background, func(ctx context.Context, _ int, nd driver.Driver) (struct{}, error) {
+			return struct{}{}, nd.(driver.FenceRaiser).RaiseFence(ctx, req.Name, req.Kind, token)
+		})
+	}
+	if len(wait) == 0 {
+		return nil
+	}
+	results := fanout(d, ctx, timeout, wait, func(ctx context.Context, _ int, nd driver.Driver) (struct{}, error) {
+		return struct{}{}, nd.(driver.FenceRaiser).RaiseFence(ctx, req.Name, req.Kind, token)
+	})
+	var firstErr error
+	for range wait {
+		r := <-results
+		switch {
+		case r.err == nil:
+			if ans[r.i].granted() {
+				have++
+			}
+		case firstErr == nil:
+			firstErr = r.err
+		}
+	}
+	if have < d.quorum {
+		return fmt.Errorf("fencing token %d reached %d granting nodes of %d, a quorum is %d: %w", token, have, len(d.nodes), d.quorum, firstErr)
+	}
+	return nil
+}
+
+// lateAnswers handles, in the background, the answers of the nodes that
+// had not answered when the grant was decided: a late grant joins the lease,
+// or is released at once if the lease was released meanwhile (as is a late
+// failure, whose grant may exist), and a node that did not grant at the
+// token has its counter raised to it.
+func (d *Driver) lateAnswers(req driver.AcquireRequest, h *handle, results <-chan result[driver.Grant], pending int, token uint64, timeout time.Duration) {
+	if pending == 0 {
+		return
+	}
+	d.gate.spawn(func() {
+		ctx := context.Background()
+		for range pending {
+			r := <-results
+			h.mu.Lock()
+			released := h.released
+			if !released {
+				switch {
+				case r.err == nil:
+					h.nodes[r.i] = nodePart{held: true, grant: r.v}
+				case !definite(r.err):
+					h.nodes[r.i].unknown = true
+				default:
+					h.nodes[r.i].refused = true
+				}
+			}
+			h.mu.Unlock()
+			nd := d.nodes[r.i].d
+			if released && (r.err == nil || !definite(r.err)) {
+				rctx, cancel := context.WithTimeout(ctx, timeout)
+				_, _ = nd.Release(rctx, nodeLease(req, r.v)) // Token 0 for a failure: by owner
+				cancel()
+				continue
+			}
+			if r.err == nil && r.v.Token >= token {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			_ = nd.(driver.FenceRaiser).RaiseFence(rctx, req.Name, req.Kind, token)
+			cancel()
+		}
+	})
+}
+
+// nodeLease is the driver.Lease of node grant g of req.
+func nodeLease(req driver.AcquireRequest, g driver.Grant) driver.Lease {
+	return driver.Lease{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle, TTL: req.TTL, LockDelay: req.LockDelay, Kind: req.Kind, Permits: req.Permits}
+}
+
+// undo releases one hold of a failed attempt on every node that granted it
+// or may have (its reply was lost), among the nodes that answered; the
+// others are left to undoLate, so that no release overtakes its acquire.
+func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, ans []answer) {
+	var which []int
+	for i, a := range ans {
+		if a.maybeHeld() {
+			which = append(which, i)
+		}
+	}
+	if len(which) == 0 {
+		return
+	}
+	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (int, error) {
+		l := nodeLease(req, driver.Grant{})
+		if a := ans[i]; a.granted() {
+			l = nodeLease(req, a.grant)
+		}
+		return nd.Release(ctx, l)
+	})
+	for range which {
+		<-results
+	}
+}
+
+// undoLate releases, in the background, one hold of a failed attempt on
+// each of the pending nodes that grants it or may have, once it answers.
+func (d *Driver) undoLate(req driver.AcquireRequest, results <-chan result[driver.Grant], pending int) {
+	if pending == 0 {
+		return
+	}
+	d.gate.spawn(func() {
+		for range pending {
+			r := <-results
+			if r.err != nil && definite(r.err) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), d.timeoutFor(req.TTL))
+			_, _ = d.nodes[r.i].d.Release(ctx, nodeLease(req, r.v))
+			cancel()
+		}
+	})
+}
+
+// clearLeftovers releases, after undo released this attempt's own hold,
+// the holds left before it on nodes that answered with a re-entry: the
+// owner's lease is not live (see attempt), so they are a dead attempt's
+// remains, and the next attempt must find the nodes free.
+func (d *Driver) clearLeftovers(ctx context.Context, req driver.AcquireRequest, ans []answer) {
+	var which []int
+	for i, a := range ans {
+		if a.granted() && a.grant.Count > 1 {
+			which = append(which, i)
+		}
+	}
+	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (struct{}, error) {
+		for range ans[i].grant.Count - 1 {
+			left, err := nd.Release(ctx, nodeLease(req, ans[i].grant))
+			if err != nil || left == 0 {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, nil
+	})
+	for range which {
+		<-results
+	}
+}
+
+// releaseAll releases a grant that will not be returned (its fence raise
+// failed, or Close began) on every node that granted or may have; late
+// answers are released as they come (see lateAnswers).
+func (d *Driver) releaseAll(ctx context.Context, req driver.AcquireRequest, h *handle) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*d.timeoutFor(req.TTL))
+	defer cancel()
+	_, _ = d.release(rctx, nodeLeaseOf(req), h)
+}
+
+func nodeLeaseOf(req driver.AcquireRequest) driver.Lease {
+	return driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, LockDelay: req.LockDelay, Kind: req.Kind, Permits: req.Permits}
+}
+
+// refusal is the error of an attempt that a majority did not grant: a
+// node's own refusal of the request as bad (ErrInvalid, ErrUnsupported), an
+// error when fewer than a majority answered or none refused, or else a
+// *driver.LockedError with a retry hint.
+func (d *Driver) refusal(ctx context.Context, req driver.AcquireRequest, ans []answer, took time.Duration) error {
+	answered, refused := 0, 0
+	var firstErr, badErr error
+	var token uint64
+	for _, a := range ans {
+		switch {
+		case a.err == nil:
+			answered++
+		case errors.Is(a.err, driver.ErrLocked):
+			answered++
+			refused++
+			var le *driver.LockedError
+			if errors.As(a.err, &le) {
+				token = max(token, le.Token)
+			}
+		case errors.Is(a.err, driver.ErrInvalid) || errors.Is(a.err, driver.ErrUnsupported):
+			if badErr == nil {
+				badErr = a.err
+			}
+		case firstErr == nil:
+			firstErr = a.err
+		}
+	}
+	if badErr != nil {
+		return fmt.Errorf("quorum: acquire: %w", badErr)
+	}
+	n := len(d.nodes)
+	if answered < d.quorum || refused == 0 {
+		return ctxerr.Wrap(ctx, "quorum: acquire", fmt.Errorf("only %d of %d nodes answered, a quorum is %d: %w", answered, n, d.quorum, firstErr))
+	}
+	return &driver.LockedError{RetryAfter: d.retryAfter(ans, took), Token: token}
+}
+
+// retryAfter estimates when a majority of nodes could be free. When a
+// majority refused, it is the time until the majority-th earliest node is
+// free: the nodes this attempt got are free at once (it released them),
+// refusing nodes when their holder's lease runs out as they reported it. When
+// fewer refused, the vote was split among contenders that have all released
+// by now: retry after a random delay of one to four times what this attempt
+// took, so that they do not collide again.
+func (d *Driver) retryAfter(ans []answer, took time.Duration) time.Duration {
+	var free []time.Duration
+	refused := 0
+	for _, a := range ans {
+		switch {
+		case a.granted():
+			free = append(free, 0)
+		case a.refused():
+			refused++
+			var le *driver.LockedError
+			if errors.As(a.err, &le) && le.RetryAfter > 0 {
+				free = append(free, le.RetryAfter)
+			} else {
+				free = append(free, unknown)
+			}
+		}
+	}
+	if refused < d.quorum {
+		took = max(took, 100*time.Microsecond)
+		return took + rand.N(3*took)
+	}
+	slices.Sort(free)
+	if len(free) < d.quorum || free[d.quorum-1] == unknown {
+		return 0
+	}
+	return free[d.quorum-1]
+}
+
+// unknown stands for a refusing node's unknown free time.
+const unknown = time.Duration(math.MaxInt64)

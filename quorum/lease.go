@@ -1,0 +1,395 @@
+package quorum
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
+)
+
+// Release releases one hold on every node that granted it or may have
+// (its acquire's reply was lost), after every node has answered the
+// acquire. It returns the largest hold count left on any node, or
+// ErrNotHeld when more than N − majority nodes did not hold the lease for
+// l.Owner (it was gone on a majority, so another owner may hold it: a late
+// Unlock never reports success). Release with Token 0 and a nil Handle (the
+// dlock package's clean-up of an acquire whose outcome is unknown) goes to
+// every node. After Close has begun it fails with an error wrapping
+// dlock.ErrClosed.
+func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
+	if !d.gate.enter() {
+		return 0, errClosed
+	}
+	defer d.gate.exit()
+	h, _ := l.Handle.(*handle)
+	left, err := d.release(ctx, l, h)
+	if (err == nil && left == 0) || errors.Is(err, driver.ErrNotHeld) {
+		d.recs.drop(l)
+	}
+	if h != nil && (err == nil || errors.Is(err, driver.ErrNotHeld)) {
+		h.finish() // this hold is over, whatever others remain
+	}
+	return left, err
+}
+
+func (d *Driver) release(ctx context.Context, l driver.Lease, h *handle) (int, error) {
+	n := len(d.nodes)
+	leases := make([]*driver.Lease, n)
+	if h == nil {
+		for i := range leases {
+			leases[i] = &driver.Lease{Name: l.Name, Owner: l.Owner, TTL: l.TTL, LockDelay: l.LockDelay, Kind: l.Kind, Permits: l.Permits}
+		}
+	} else {
+		// Nodes that have not answered the acquire yet are left to
+		// lateAnswers, which releases a late grant once released is set:
+		// a release sent now could overtake the acquire there.
+		h.mu.Lock()
+		h.released = true
+		for i, p := range h.nodes {
+			switch {
+			case p.held:
+				nl := leaseOn(l, p.grant)
+				leases[i] = &nl
+			case p.unknown:
+				leases[i] = &driver.Lease{Name: l.Name, Owner: l.Owner, TTL: l.TTL, LockDelay: l.LockDelay, Kind: l.Kind, Permits: l.Permits}
+			}
+		}
+		h.mu.Unlock()
+	}
+	var which []int
+	notHeld := 0
+	for i, nl := range leases {
+		switch {
+		case nl != nil:
+			which = append(which, i)
+		case h == nil || h.nodes[i].refused:
+			notHeld++ // never granted there
+		}
+	}
+	results := fanout(d, ctx, d.timeoutFor(l.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (int, error) {
+		return nd.Release(ctx, *leases[i])
+	})
+	remaining, held := 0, 0
+	var firstErr error
+	// Return once the outcome is known; a hung node's release goes on in
+	// the background.
+	for k := 0; k < len(which) && held < d.quorum && notHeld <= n-d.quorum; k++ {
+		r := <-results
+		switch {
+		case r.err == nil:
+			held++
+			remaining = max(remaining, r.v)
+		case errors.Is(r.err, driver.ErrNotHeld):
+			notHeld++
+		case firstErr == nil:
+			firstErr = r.err
+		}
+	}
+	switch {
+	case notHeld > n-d.quorum:
+		// Too few nodes held it for the lease to be alive: another owner
+		// may have been granted it since. Whatever holds were left are
+		// released, but the caller must learn that its lease was gone.
+		return 0, driver.ErrNotHeld
+	case held > 0:
+		return remaining, nil
+	default:
+		return 0, ctxerr.Wrap(ctx, "quorum: release", fmt.Errorf("released on no node, %d of %d did not answer: %w", n-notHeld, n, firstErr))
+	}
+}
+
+// leaseOn is l as node grant g knows it.
+func leaseOn(l driver.Lease, g driver.Grant) driver.Lease {
+	l.Token, l.Handle = g.Token, g.Handle
+	return l
+}
+
+// Renew extends every lease on every node that granted it, one Renew call
+// per node in parallel, each bounded by the larger of the node timeout and
+// a third of the shortest TTL. A lease is renewed when a majority of nodes
+// renewed it; it is gone (ErrNotHeld, and ErrSessionLost too when a node
+// reported its session gone) when more than N − majority nodes no longer
+// hold it (a node that never granted it counts as one); otherwise its fate
+// is unknown. After Close has begun it fails with an error wrapping
+// dlock.ErrClosed.
+func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	if len(ls) == 0 {
+		return nil, nil
+	}
+	if !d.gate.enter() {
+		return nil, errClosed
+	}
+	defer d.gate.exit()
+	sent := time.Now()
+	n := len(d.nodes)
+	perNode := make([][]driver.Lease, n)
+	index := make([][]int, n)
+	ok := make([]int, len(ls))
+	gone := make([]int, len(ls))
+	session := make([]bool, len(ls))
+	shortest := ls[0].TTL
+	for j, l := range ls {
+		shortest = min(shortest, l.TTL)
+		h, _ := l.Handle.(*handle)
+		if h == nil {
+			for i := range perNode {
+				perNode[i] = append(perNode[i], l)
+				index[i] = append(index[i], j)
+			}
+			continue
+		}
+		h.mu.Lock()
+		for i, p := range h.nodes {
+			switch {
+			case p.held:
+				perNode[i] = append(perNode[i], leaseOn(l, p.grant))
+				index[i] = append(index[i], j)
+			case !p.unknown:
+				gone[j]++
+			}
+		}
+		h.mu.Unlock()
+	}
+	var which []int
+	for i := range perNode {
+		if len(perNode[i]) > 0 {
+			which = append(which, i)
+		}
+	}
+	timeout := max(d.timeoutFor(shortest), shortest/3)
+	results := fanout(d, ctx, timeout, which, func(ctx context.Context, i int, nd driver.Driver) ([]error, error) {
+		return nd.Renew(ctx, perNode[i])
+	})
+	var firstErr error
+	answered := 0
+	decided := func(j int) bool { return ok[j] >= d.quorum || gone[j] > n-d.quorum }
+	undecided := 0
+	for j := range ls {
+		if !decided(j) {
+			undecided++
+		}
+	}
+	// Return once every lease's fate is known; a hung node's renewal goes
+	// on in the background.
+	for k := 0; k < len(which) && undecided > 0; k++ {
+		r := <-results
+		if r.err == nil && len(r.v) != len(perNode[r.i]) {
+			r.err = fmt.Errorf("%s: renew returned %d results for %d leases", d.nodes[r.i].name, len(r.v), len(perNode[r.i]))
+		}
+		if r.err != nil {
+			if firstErr == nil {
+				firstErr = r.err
+			}
+			continue
+		}
+		answered++
+		for k, e := range r.v {
+			j := index[r.i][k]
+			was := decided(j)
+			switch {
+			case e == nil:
+				ok[j]++
+			case errors.Is(e, driver.ErrNotHeld) || errors.Is(e, driver.ErrSessionLost):
+				gone[j]++
+				session[j] = session[j] || errors.Is(e, driver.ErrSessionLost)
+			case firstErr == nil:
+				firstErr = fmt.Errorf("%s: %w", d.nodes[r.i].name, e)
+			}
+			if !was && decided(j) {
+				undecided--
+			}
+		}
+	}
+	errs := make([]error, len(ls))
+	anyDecided := false
+	for j, l := range ls {
+		h, _ := l.Handle.(*handle)
+		switch {
+		case ok[j] >= d.quorum:
+			anyDecided = true
+			if h != nil {
+				h.mu.Lock()
+				h.expires = sent.Add(l.TTL)
+				h.mu.Unlock()
+			}
+			d.recs.touch(l, sent.Add(l.TTL))
+		case gone[j] > n-d.quorum:
+			anyDecided = true
+			errs[j] = fmt.Errorf("quorum: renew: the lease is gone on %d of %d nodes, a quorum is %d: %w", gone[j], n, d.quorum, driver.ErrNotHeld)
+			if session[j] {
+				errs[j] = fmt.Errorf("%w (%w)", errs[j], driver.ErrSessionLost)
+			}
+			if h != nil {
+				h.finish()
+			}
+			d.recs.drop(l)
+		default:
+			errs[j] = ctxerr.Wrap(ctx, "quorum: renew", fmt.Errorf("renewed on %d of %d nodes, a quorum is %d: %v", ok[j], n, d.quorum, firstErr))
+		}
+	}
+	if answered == 0 && !anyDecided {
+		return nil, ctxerr.Wrap(ctx, "quorum: renew", fmt.Errorf("no node answered: %w", firstErr))
+	}
+	return errs, nil
+}
+
+// watchLoss returns a grant's Lost and Cause when enough of its granting
+// nodes report loss on their own (Grant.Lost, session-bound nodes) for a
+// loss of a majority to be seen: Lost closes once fewer than a majority of
+// the granting nodes still hold it. Otherwise both are nil and loss is
+// found by Renew. The watch ends when the lease is released or found gone,
+// when it lapses unrenewed, or at Close.
+func (d *Driver) watchLoss(h *handle, ans []answer) (<-chan struct{}, func() error) {
+	held := 0
+	var chans []<-chan struct{}
+	var causes []func() error
+	for _, a := range ans {
+		if !a.granted() {
+			continue
+		}
+		held++
+		if a.grant.Lost != nil {
+			chans = append(chans, a.grant.Lost)
+			causes = append(causes, a.grant.Cause)
+		}
+	}
+	mustLose := held - d.quorum + 1 // losses that leave fewer than a majority
+	if len(chans) < mustLose {
+		return nil, nil
+	}
+	lctx, cancel := context.WithCancelCause(context.Background())
+	d.gate.spawn(func() {
+		defer cancel(nil)
+		timer := time.NewTimer(time.Until(h.expiry()))
+		defer timer.Stop()
+		lost := 0
+		for {
+			cases := []reflect.SelectCase{
+				{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(d.done)},
+				{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.end)},
+				{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
+			}
+			for _, c := range chans {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+			}
+			chosen, _, _ := reflect.Select(cases)
+			switch chosen {
+			case 0, 1:
+				return
+			case 2:
+				left := time.Until(h.expiry())
+				if left <= 0 {
+					return // lapsed unrenewed: the dlock package has ended it
+				}
+				timer.Reset(left)
+				continue
+			}
+			k := chosen - 3
+			lost++
+			var cause error = driver.ErrSessionLost
+			if causes[k] != nil {
+				if c := causes[k](); c != nil {
+					cause = c
+				}
+			}
+			if lost >= mustLose {
+				cancel(fmt.Errorf("quorum: the grant is lost on %d of the %d nodes that held it, a quorum is %d: %w", lost, held, d.quorum, cause))
+				return
+			}
+			chans = append(chans[:k], chans[k+1:]...)
+			causes = append(causes[:k], causes[k+1:]...)
+		}
+	})
+	return lctx.Done(), func() error { return context.Cause(lctx) }
+}
+
+func (h *handle) expiry() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.expires
+}
+
+// records remembers, per (name, kind, owner), the token of the live lease
+// the driver granted, so that a re-entry returns that token although each
+// node reports its own.
+type records struct {
+	mu      sync.Mutex
+	m       map[recKey]record
+	sweepAt int
+}
+
+type recKey struct {
+	name  string
+	kind  driver.Kind
+	owner string
+}
+
+type record struct {
+	token   uint64
+	nodes   []uint64 // each node's own token of the grant, 0 where none
+	expires time.Time
+}
+
+func (r *records) put(req driver.AcquireRequest, token uint64, nodes []uint64, expires time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[recKey]record{}
+	}
+	if len(r.m) >= r.sweepAt {
+		now := time.Now()
+		for k, v := range r.m {
+			if now.After(v.expires) {
+				delete(r.m, k)
+			}
+		}
+		r.sweepAt = max(64, 2*len(r.m))
+	}
+	r.m[recKey{req.Name, req.Kind, req.Owner}] = record{token: token, nodes: nodes, expires: expires}
+}
+
+// match returns the recorded token of req's lease when the re-entered
+// nodes' tokens (0 where a node did not re-enter) are that lease's.
+func (r *records) match(req driver.AcquireRequest, tokens []uint64) (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.m[recKey{req.Name, req.Kind, req.Owner}]
+	if !ok || time.Now().After(rec.expires) || len(rec.nodes) != len(tokens) {
+		return 0, false
+	}
+	same := 0
+	for i, t := range tokens {
+		switch {
+		case t == 0 || rec.nodes[i] == 0:
+		case t != rec.nodes[i]:
+			return 0, false
+		default:
+			same++
+		}
+	}
+	return rec.token, same > 0
+}
+
+func (r *records) touch(l driver.Lease, expires time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := recKey{l.Name, l.Kind, l.Owner}
+	if rec, ok := r.m[k]; ok && rec.token == l.Token && expires.After(rec.expires) {
+		rec.expires = expires
+		r.m[k] = rec
+	}
+}
+
+func (r *records) drop(l driver.Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := recKey{l.Name, l.Kind, l.Owner}
+	if rec, ok := r.m[k]; ok && (rec.token == l.Token || l.Token == 0) {
+		delete(r.m, k)
+	}
+}

@@ -1,0 +1,314 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
+	"github.com/dlock/dlock/memlock"
+	"github.com/dlock/dlock/quorum"
+)
+
+var memSeq atomic.Int64
+
+// memNodes returns n fresh in-process backends and a driver on each.
+func memNodes(t testing.TB, n int) ([]*memlock.Backend, []*memlock.Driver) {
+	t.Helper()
+	var bs []*memlock.Backend
+	var ds []*memlock.Driver
+	for range n {
+		b := memlock.NewBackend()
+		bs = append(bs, b)
+		ds = append(ds, b.NewDriver())
+	}
+	return bs, ds
+}
+
+func newMemQuorum(t testing.TB, ds []*memlock.Driver) *quorum.Driver {
+	t.Helper()
+	nodes := make([]driver.Driver, len(ds))
+	for i, d := range ds {
+		nodes[i] = d
+	}
+	q, err := quorum.New(nodes, &quorum.Options{NodeTimeout: testNodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// allFree waits until no node holds name (a release returns once a
+// majority answered; the rest finish in the background).
+func allFree(t testing.TB, bs []*memlock.Backend, name string) {
+	t.Helper()
+	testwait.Until(t, 10*time.Second, "every node free", func() bool {
+		for _, b := range bs {
+			if o, _ := b.Holder(name); o != "" {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestNodeRaiseKeepsHolder checks the FenceRaiser contract the token rule
+// rests on, on each kind of node: a raise while the lock is held leaves the
+// holder's grant as it is (it renews, re-enters with its token and
+// releases), and the next grant is above the raised value.
+func TestNodeRaiseKeepsHolder(t *testing.T) {
+	t.Parallel()
+	kinds := map[string]func(t testing.TB) *testNode{
+		"mem": func(t testing.TB) *testNode {
+			return &testNode{kind: "mem", url: fmt.Sprintf("mem://raise-%d", memSeq.Add(1))}
+		},
+		"redis":  func(t testing.TB) *testNode { return redisNodes(t, 1)[0] },
+		"sqlite": sqliteNode,
+	}
+	for kind, mk := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			d, err := dlock.OpenDriver(ctx, mk(t).url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			req := driver.AcquireRequest{Name: "raise-held", Owner: "a", TTL: 10 * time.Second}
+			g, err := d.TryAcquire(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.(driver.FenceRaiser).RaiseFence(ctx, req.Name, driver.Exclusive, g.Token+100); err != nil {
+				t.Fatal(err)
+			}
+			l := driver.Lease{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle, TTL: req.TTL}
+			errs, err := d.Renew(ctx, []driver.Lease{l})
+			if err != nil || errs[0] != nil {
+				t.Fatalf("renew after a raise while held: %v %v", err, errs)
+			}
+			g2, err := d.TryAcquire(ctx, req)
+			if err != nil || g2.Token != g.Token || g2.Count != 2 {
+				t.Fatalf("re-entry after a raise while held: %+v %v, want token %d count 2", g2, err, g.Token)
+			}
+			for want := 1; want >= 0; want-- {
+				if left, err := d.Release(ctx, l); err != nil || left != want {
+					t.Fatalf("release after a raise while held: %d %v, want %d", left, err, want)
+				}
+			}
+			g3, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: req.Name, Owner: "b", TTL: req.TTL})
+			if err != nil || g3.Token <= g.Token+100 {
+				t.Fatalf("next grant %+v %v, want a token above %d", g3, err, g.Token+100)
+			}
+		})
+	}
+}
+
+// TestLostRepliesUndone: a node whose replies are lost may hold a grant;
+// a quorum grant releases it there too, and a failed attempt undoes it on
+// every node.
+func TestLostRepliesUndone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bs, ds := memNodes(t, 3)
+	q := newMemQuorum(t, ds)
+	c := dlock.New(q, &dlock.Options{TTL: 10 * time.Second})
+	defer c.Close()
+	lose := func(op string) error {
+		if op == "acquire" {
+			return errors.New("reply lost (test)")
+		}
+		return nil
+	}
+	ds[0].LoseReplies(lose)
+	l, err := c.NewMutex("lost-one", nil).TryLock(ctx)
+	if err != nil {
+		t.Fatalf("TryLock with one node losing replies: %v", err)
+	}
+	if o, _ := bs[0].Holder("lost-one"); o != l.Owner() {
+		t.Fatalf("node 0 holder %q, want the lease's %q (the grant took effect there)", o, l.Owner())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allFree(t, bs, "lost-one")
+	ds[1].LoseReplies(lose)
+	if _, err := c.NewMutex("lost-two", nil).TryLock(ctx); err == nil || errors.Is(err, dlock.ErrLocked) {
+		t.Fatalf("TryLock with two nodes losing replies: %v, want an error", err)
+	}
+	allFree(t, bs, "lost-two")
+}
+
+// TestLeftoverNotReentered: a grant of the owner left on one node (an
+// attempt whose undo never reached it) is not re-entered: the owner gets a
+// fresh grant with a token above every earlier one, and its release frees
+// that node too.
+func TestLeftoverNotReentered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bs, ds := memNodes(t, 3)
+	q := newMemQuorum(t, ds)
+	c := dlock.New(q, &dlock.Options{TTL: 10 * time.Second})
+	defer c.Close()
+	const name = "leftover"
+	// The leftover, taken on node 0 alone.
+	lg, err := bs[0].NewDriver().TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "owner-x", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Grants since, on the two other nodes.
+	var last uint64
+	for range 3 {
+		l, err := c.NewMutex(name, nil).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		_ = l.Unlock(ctx)
+	}
+	if last <= lg.Token {
+		t.Fatalf("test set-up: grants since the leftover reached %d, not above its %d", last, lg.Token)
+	}
+	l, err := c.NewMutex(name, &dlock.MutexOptions{Owner: "owner-x"}).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Count() != 1 || l.Token() <= last {
+		t.Fatalf("owner of a leftover got count %d token %d, want a fresh grant (count 1) above %d", l.Count(), l.Token(), last)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allFree(t, bs, name)
+}
+
+// TestReentryKeepsToken: a re-entry returns the lease's token although the
+// nodes' own tokens differ and the node that gave the token is down.
+func TestReentryKeepsToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, ds := memNodes(t, 3)
+	const name = "reentry"
+	if err := ds[2].RaiseFence(ctx, name, driver.Exclusive, 100); err != nil {
+		t.Fatal(err)
+	}
+	q := newMemQuorum(t, ds)
+	c := dlock.New(q, &dlock.Options{TTL: 10 * time.Second})
+	defer c.Close()
+	opts := &dlock.MutexOptions{Owner: "owner-r"}
+	l1, err := c.NewMutex(name, opts).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.Token() != 101 {
+		t.Fatalf("token %d, want 101 (the largest node's)", l1.Token())
+	}
+	ds[2].FailCalls(func(string) error { return errors.New("down (test)") })
+	l2, err := c.NewMutex(name, opts).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() != l1.Token() || l2.Count() != 2 {
+		t.Fatalf("re-entry with the token's node down: token %d count %d, want %d and 2", l2.Token(), l2.Count(), l1.Token())
+	}
+	_ = l2.Unlock(ctx)
+	_ = l1.Unlock(ctx)
+}
+
+// nofence is a driver without driver.FenceRaiser.
+type nofence struct{ driver.Driver }
+
+func init() {
+	dlock.Register("nofence-test", func(ctx context.Context, u *url.URL) (driver.Driver, error) {
+		return nofence{memlock.Named("nofence").NewDriver()}, nil
+	})
+}
+
+func TestNewRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	mem := func() driver.Driver { return memlock.NewBackend().NewDriver() }
+	m := mem()
+	cases := []struct {
+		what  string
+		nodes []driver.Driver
+		want  error
+		names string
+	}{
+		{"two nodes", []driver.Driver{mem(), mem()}, driver.ErrInvalid, "at least 3"},
+		{"a nil node", []driver.Driver{mem(), nil, mem()}, driver.ErrInvalid, "node 1"},
+		{"a node twice", []driver.Driver{m, mem(), m}, driver.ErrInvalid, "node 2"},
+		{"a node without FenceRaiser", []driver.Driver{mem(), mem(), nofence{mem()}}, driver.ErrUnsupported, "node 2"},
+	}
+	for _, tc := range cases {
+		_, err := quorum.New(tc.nodes, nil)
+		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.names) {
+			t.Errorf("%s: %v, want %v naming %q", tc.what, err, tc.want, tc.names)
+		}
+	}
+	if _, err := quorum.New([]driver.Driver{mem(), mem(), mem()}, &quorum.Options{NodeTimeout: -1}); !errors.Is(err, driver.ErrInvalid) {
+		t.Errorf("negative NodeTimeout: %v, want ErrInvalid", err)
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	node := func(u string) string { return "node=" + url.QueryEscape(u) }
+	seq := memSeq.Add(1)
+	mem := func(i int) string { return node(fmt.Sprintf("mem://open-%d-%d", seq, i)) }
+	good := "quorum:?" + mem(0) + "&" + mem(1) + "&" + mem(2)
+
+	c, err := dlock.Open(ctx, good+"&node_timeout=300ms&ttl=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.NewMutex("open", nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Unlock(ctx)
+	_ = c.Close()
+
+	const pw = "s3cr3t-pw"
+	cases := []struct {
+		what, url string
+		want      error
+		says      string
+	}{
+		{"two nodes", "quorum:?" + mem(0) + "&" + mem(1), driver.ErrInvalid, "at least 3"},
+		{"nodes in the host", "quorum://h1,h2,h3", driver.ErrInvalid, "node= parameters"},
+		{"unknown parameter", good + "&nodes=3", driver.ErrInvalid, `"nodes"`},
+		{"bad node_timeout", good + "&node_timeout=fast", driver.ErrInvalid, "node_timeout"},
+		{"unparsable node", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node("redis://u:"+pw+"@h:port/0"), driver.ErrInvalid, "node 2"},
+		{"node without scheme", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node("h1:6379"), driver.ErrInvalid, "node 2"},
+		{"unknown scheme", good + "&" + node("nosuch://x"), driver.ErrInvalid, "node 3"},
+		{"duplicate node", good + "&" + mem(1), driver.ErrInvalid, "node 3 (mem://open"},
+		{"same server", "quorum:?" + mem(0) + "&" + node("redis://u:"+pw+"@127.0.0.1:1/0") + "&" + node("redis://127.0.0.1:1/1"), driver.ErrInvalid, "node 2 (redis://127.0.0.1:1/1) is the same as node 1 (redis://u:xxxxx@127.0.0.1:1/0)"},
+		{"client parameter on a node", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node(fmt.Sprintf("mem://open-%d-3?ttl=1s", seq)), driver.ErrInvalid, "ttl"},
+		{"node without FenceRaiser", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node("nofence-test://x"), driver.ErrUnsupported, "node 2 (nofence-test://x"},
+		{"unreachable node with a password", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node("redis://u:"+pw+"@127.0.0.1:1/0"), nil, "node 2 (redis://u:xxxxx@127.0.0.1:1/0)"},
+	}
+	for _, tc := range cases {
+		c, err := dlock.Open(ctx, tc.url)
+		if err == nil {
+			_ = c.Close()
+			t.Errorf("%s: opened", tc.what)
+			continue
+		}
+		if tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.what, err, tc.want)
+		}
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: %q does not say %q", tc.what, err, tc.says)
+		}
+		if strings.Contains(err.Error(), pw) {
+			t.Errorf("%s: %q shows the password", tc.what, err)
+		}
+	}
+}

@@ -500,3 +500,124 @@ func TestSentinelFailoverContention(t *testing.T) {
 		t.Errorf("asynchronous replication lost no token in 2 stalled failovers: %+v", async)
 	}
 }
+
+// TestMinReplicasStalled: with the replicas stopped (no WAIT can be
+// acknowledged), every kind of grant fails with ErrNotReplicated and leaves
+// nothing held, and a lease granted before loses its renewals: it ends
+// locally (Done) although the master renewed it. Once the replicas are
+// back, grants succeed again.
+func TestMinReplicasStalled(t *testing.T) {
+	t.Parallel()
+	set := testserver.RedisSentinel(t, &testserver.SentinelOptions{Password: "pw"})
+	ctx := context.Background()
+	raw := sentinelURL(set, "min_replicas=1&replica_timeout=200ms")
+	c, err := dlock.Open(ctx, raw+"&ttl=1500ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	u, _ := url.Parse(raw)
+	dd, err := OpenSentinelURL(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dd.Close()
+	grants := func() []error {
+		var errs []error
+		try := func(l interface{ Unlock(context.Context) error }, err error) {
+			errs = append(errs, err)
+			if err == nil {
+				_ = l.Unlock(ctx)
+			}
+		}
+		try(c.NewMutex("m", nil).TryLock(ctx))
+		try(c.NewRWMutex("rw", nil).TryRLock(ctx))
+		try(c.NewRWMutex("rw", nil).TryLock(ctx))
+		try(c.NewSemaphore("sem", 2, nil).TryAcquire(ctx))
+		try(c.NewMultiMutex([]string{"m1", "m2"}, nil).TryLock(ctx))
+		return errs
+	}
+	for i, err := range grants() {
+		if err != nil {
+			t.Fatalf("grant %d with the replicas up: %v", i, err)
+		}
+	}
+	held, err := c.NewMutex("renewed", nil).Lock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := set.Master()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range set.Nodes {
+		if i != m {
+			if err := n.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			defer n.Resume()
+		}
+	}
+	for i, err := range grants() {
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Errorf("grant %d with the replicas stopped: %v, want ErrNotReplicated", i, err)
+		}
+	}
+	infos, err := dd.(*Driver).Inspect(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		if in.Name != "renewed" && (in.Owner != "" || in.Readers > 0 || in.Holders > 0) {
+			t.Errorf("left held after a refused grant: %+v", in)
+		}
+	}
+	select {
+	case <-held.Done():
+		t.Logf("the lease ended: %v", held.Err())
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lease whose renewals no replica acknowledged was not lost")
+	}
+	for i, n := range set.Nodes {
+		if i != m {
+			_ = n.Resume()
+		}
+	}
+	testwait.Until(t, 20*time.Second, "grants again once the replicas are back", func() bool {
+		l, err := c.NewMutex("m", nil).TryLock(ctx)
+		if err == nil {
+			_ = l.Unlock(ctx)
+		}
+		return err == nil
+	})
+}
+
+// BenchmarkMinReplicas measures what WAIT adds to a grant: TryAcquire then
+// Release of a mutex on a master with two replicas, without and with
+// min_replicas=1 (one more round trip, to the master and on to a replica's
+// acknowledgement).
+func BenchmarkMinReplicas(b *testing.B) {
+	set := testserver.RedisSentinel(b, nil)
+	ctx := context.Background()
+	for _, mode := range []struct{ name, params string }{{"async", ""}, {"min_replicas=1", "min_replicas=1"}} {
+		b.Run(mode.name, func(b *testing.B) {
+			u, _ := url.Parse(sentinelURL(set, mode.params))
+			d, err := OpenSentinelURL(ctx, u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			req := driver.AcquireRequest{Name: "bench", Owner: "o", TTL: 10 * time.Second}
+			b.ResetTimer()
+			for b.Loop() {
+				g, err := d.TryAcquire(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := d.Release(ctx, driver.Lease{Name: "bench", Owner: "o", Token: g.Token, Handle: g.Handle}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -59,9 +59,12 @@ func classify(err error) int {
 	}
 }
 
-// message formats err for stderr on one line, prefixed "dlock: " once.
+// message formats err for stderr on one line, prefixed "dlock: " once: the
+// library prefixes each error it wraps ("dlock: trylock "x": dlock: lock is
+// held"), which says the same thing twice.
 func message(err error) string {
 	s := strings.TrimPrefix(err.Error(), "dlock: ")
+	s = strings.ReplaceAll(s, ": dlock: ", ": ")
 	s = strings.ReplaceAll(s, "\n", " ")
 	return "dlock: " + s
 }

@@ -9,8 +9,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	_ "github.com/dlock/dlock/etcdlock"
@@ -48,6 +50,12 @@ type env struct {
 	// secrets are strings (URL passwords) that must never be printed; see
 	// addSecrets and scrub.
 	secrets []string
+
+	// log receives dlock's diagnostics and the library's (see setupLog);
+	// logJSON is set for --log-format json, verbose for -v.
+	log     *slog.Logger
+	logJSON bool
+	verbose bool
 }
 
 // processEnv is the env of the running process.
@@ -84,7 +92,24 @@ func (e *env) getenv(key string) string {
 	return v
 }
 
-// warnf prints one line on stderr, with secrets masked.
+// warnf prints one line on stderr, with secrets masked; with --log-format
+// json, a WARN record instead.
 func (e *env) warnf(format string, args ...any) {
-	fmt.Fprintln(e.stderr, e.scrub(fmt.Sprintf(format, args...)))
+	msg := fmt.Sprintf(format, args...)
+	if e.logJSON {
+		e.logger().Warn(strings.TrimPrefix(msg, "dlock: "))
+		return
+	}
+	fmt.Fprintln(e.stderr, e.scrub(msg))
+}
+
+// errorf is warnf for the error dlock exits with: an ERROR record with
+// --log-format json.
+func (e *env) errorf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if e.logJSON {
+		e.logger().Error(strings.TrimPrefix(msg, "dlock: "))
+		return
+	}
+	fmt.Fprintln(e.stderr, e.scrub(msg))
 }

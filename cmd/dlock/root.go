@@ -19,13 +19,13 @@ func run(args []string, e *env) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			e.warnf("%s", message(ee.err))
+			e.errorf("%s", message(ee.err))
 		}
 		return ee.code
 	}
 	// Anything else comes from cobra: an unknown command, a bad flag or a
 	// wrong number of arguments.
-	e.warnf("%s", message(err))
+	e.errorf("%s", message(err))
 	e.warnf("Run 'dlock help' for usage.")
 	return exitUsage
 }
@@ -44,6 +44,7 @@ $DLOCK_URL_FILE, else an SQLite file in $XDG_STATE_HOME/dlock/locks.db
 (default ~/.local/state/dlock/locks.db), created on first use. A password in
 --url is visible to other users in ps: give it in a file of mode 0600 with
 --url-file. Supported schemes: ` + schemeList() + `.`,
+		Version:       readBuildVersion().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// With no subcommand, show help rather than doing nothing.
@@ -52,13 +53,26 @@ $DLOCK_URL_FILE, else an SQLite file in $XDG_STATE_HOME/dlock/locks.db
 			return cmd.Help()
 		},
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	// "dlock completion bash|zsh|fish|powershell" is cobra's own.
+	root.CompletionOptions.HiddenDefaultCmd = false
+	root.SetVersionTemplate("{{.Version}}\n")
+	var (
+		verbose   bool
+		logFormat string
+	)
+	pf := root.PersistentFlags()
+	pf.BoolVarP(&verbose, "verbose", "v", false, "say more on stderr: the backend (password masked) and its TLS state, who holds a lock while waiting, grants and releases")
+	pf.StringVar(&logFormat, "log-format", logText, "format of dlock's messages on stderr: text (\"dlock: ...\" lines) or json (one slog record per line)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		return e.setupLog(verbose, logFormat)
+	}
 	root.SetIn(e.stdin)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return usageErr(fmt.Errorf("%s: %w (see '%s --help')", cmd.Name(), err, cmd.CommandPath()))
 	})
-	root.AddCommand(newRunCmd(e), newStatusCmd(e), newCheckCmd(e), newCheckWorkerCmd(), newBenchCmd(e))
+	root.AddCommand(newRunCmd(e), newStatusCmd(e), newWaitCmd(e), newReleaseCmd(e), newServeCmd(e),
+		newCheckCmd(e), newCheckWorkerCmd(), newBenchCmd(e))
 	return root
 }

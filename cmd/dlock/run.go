@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/spf13/cobra"
 )
 
@@ -26,6 +27,8 @@ run by CMD then needs --url-file or DLOCK_URL_FILE), plus:
   DLOCK_NAME   the lock's name
   DLOCK_TOKEN  the fencing token (decimal): strictly greater than every token
                granted before for NAME; pass it to the resource you write
+  DLOCK_TTL    the lease's TTL in seconds (decimal; --ttl, else the URL's ttl,
+               else 30), renewed every third of it
 
 The backend URL comes from --url or --url-file, else $DLOCK_URL or
 $DLOCK_URL_FILE, else the SQLite default. A password in --url is visible to
@@ -58,12 +61,18 @@ If the lease is lost while CMD runs (renewal could not confirm it in time,
 or the backend dropped it), dlock sends SIGTERM to CMD's process group, then
 SIGKILL after --kill-grace, and exits 76.
 
+-v says, while run waits, who holds the lock (owner, token, time left where
+the backend knows) each time that changes, and when the lock is granted and
+released; renewal failures are warned about in any case. --log-format json
+prints every message as a JSON record instead.
+
 Exit codes:
   CMD's own   CMD exited by itself (128+N if it died of signal N)
   64          bad flag, argument, lock name or URL
   69          backend unreachable or failing
   70          internal error in dlock
   75          lock not acquired: held, with --no-wait or after --wait ran out
+              (--conflict-exit-code N changes it, like flock -E)
   76          lease lost while CMD ran; CMD was stopped
   126, 127    CMD could not be started / was not found
   128+N       dlock got signal N while waiting for the lock (CMD not run)`
@@ -78,7 +87,7 @@ type runFlags struct {
 	lockDelay time.Duration
 	killGrace time.Duration
 	owner     string
-	verbose   bool
+	conflict  int  // exit code when the lock is not acquired
 	shared    bool // the read side of NAME's read/write lock
 	exclusive bool // the write side of NAME's read/write lock
 	permits   int  // > 0: one permit of NAME's semaphore of this size
@@ -129,12 +138,13 @@ func newRunCmd(e *env) *cobra.Command {
 	}
 	fl := cmd.Flags()
 	f.url.register(cmd, defaultURLHelp)
+	f.url.registerConnect(cmd)
 	fl.DurationVar(&f.ttl, "ttl", 0, "lease TTL, renewed every TTL/3 (default 30s, or the URL's ttl parameter)")
 	fl.DurationVar(&f.wait, "wait", 0, "give up (exit 75) if the lock is not acquired within this time (default: wait forever; 0: try once)")
 	fl.BoolVar(&f.noWait, "no-wait", false, "try once; exit 75 at once if the lock is held")
 	fl.DurationVar(&f.lockDelay, "lock-delay", 0, "keep the lock unavailable this long after this holder's lease is lost without release (default 0, or the URL's lock_delay parameter)")
 	fl.DurationVar(&f.killGrace, "kill-grace", defaultKillGrace, "after a lost lease, time between SIGTERM and SIGKILL to CMD (0: SIGKILL at once)")
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print the backend (password masked) and whether its connection is TLS-verified on stderr")
+	fl.IntVar(&f.conflict, "conflict-exit-code", exitNotAcquired, "exit code when the lock is not acquired (--no-wait, --wait ran out), like flock -E")
 	fl.StringVar(&f.owner, "owner", "", "explicit owner id (printable ASCII): the same owner re-enters a lock it holds (default: a random id)")
 	fl.BoolVar(&f.shared, "shared", false, "take NAME's read/write lock for reading (like flock -s): any number of --shared runs at once, none while an --exclusive run holds or waits")
 	fl.BoolVar(&f.exclusive, "exclusive", false, "take NAME's read/write lock for writing (like flock -x): excludes --shared and other --exclusive runs of NAME (a run with neither flag takes the mutex NAME, a different lock)")
@@ -170,6 +180,14 @@ func (f *runFlags) validate() error {
 		if d.v < 0 {
 			return usageErr(fmt.Errorf("run: %s must not be negative, got %v", d.flag, d.v))
 		}
+	}
+	return checkConflictCode("run", f.conflict)
+}
+
+// checkConflictCode refuses an exit code a process cannot exit with.
+func checkConflictCode(cmd string, code int) error {
+	if code < 0 || code > 255 {
+		return usageErr(fmt.Errorf("%s: --conflict-exit-code must be 0 to 255, got %d", cmd, code))
 	}
 	return nil
 }
@@ -208,11 +226,11 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 			}
 		}
 	}()
-	lease, client, err := f.acquire(waitCtx, e, name)
+	lease, op, err := f.acquire(waitCtx, e, name)
 	close(stopWatch)
 	<-watchDone
-	if client != nil {
-		defer client.Close()
+	if op != nil {
+		defer op.client.Close()
 	}
 	var se signalError
 	if errors.As(context.Cause(waitCtx), &se) {
@@ -224,22 +242,27 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 	if err != nil {
 		return err
 	}
-	return f.runChild(e, lease, sigs, argv)
+	ttl := f.ttl
+	if ttl == 0 {
+		ttl = op.ttl
+	}
+	return f.runChild(e, lease, ttl, sigs, argv)
 }
 
 // acquire opens the backend and takes the lock as the flags say.
-func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lease, *dlock.Client, error) {
+func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lease, *opened, error) {
 	raw, err := f.url.backendURL(e, "run")
 	if err != nil {
 		return nil, nil, err
 	}
-	if f.verbose {
+	if e.verbose {
 		reportBackend(e, raw, true)
 	}
-	client, err := dlock.Open(ctx, raw)
+	op, err := f.url.open(ctx, e, raw)
 	if err != nil {
-		return nil, nil, &exitError{code: classify(err), err: err}
+		return nil, nil, err
 	}
+	client := op.client
 	opts := &dlock.MutexOptions{TTL: f.ttl, LockDelay: f.lockDelay, Owner: f.owner}
 	lock, try := f.lockFuncs(client, name, opts)
 	var (
@@ -251,26 +274,158 @@ func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lea
 		lease, err = try(ctx)
 	case f.waitSet:
 		lctx, cancel := context.WithTimeout(ctx, f.wait)
+		stop := f.reportWaiting(lctx, e, client, name)
 		lease, err = lock(lctx)
+		stop()
 		expired = err != nil && ctx.Err() == nil && errors.Is(lctx.Err(), context.DeadlineExceeded)
 		cancel()
 	default:
+		stop := f.reportWaiting(ctx, e, client, name)
 		lease, err = lock(ctx)
+		stop()
 	}
 	switch {
 	case err == nil:
-		return lease, client, nil
+		e.info("dlock: acquired", "name", name, "type", f.typeName(), "token", lease.Token(), "owner", lease.Owner())
+		return lease, op, nil
 	case errors.Is(err, dlock.ErrInvalid), errors.Is(err, dlock.ErrUnsupported):
 		// A flag the backend cannot honour (--shared, --permits, --lock-delay
 		// on a backend without them) is bad input for this backend.
-		return nil, client, usageErr(err)
+		return nil, op, usageErr(err)
 	case errors.Is(err, dlock.ErrLocked):
-		return nil, client, exitf(exitNotAcquired, "%s (not waiting)", f.heldMessage(name))
+		return nil, op, exitf(f.conflict, "%s%s (not waiting)", f.heldMessage(name), lockedDetail(err))
 	case expired:
-		return nil, client, exitf(exitNotAcquired, "lock %q not acquired within %v", name, f.wait)
+		return nil, op, exitf(f.conflict, "lock %q not acquired within %v", name, f.wait)
 	default:
-		return nil, client, &exitError{code: classify(err), err: err}
+		return nil, op, &exitError{code: classify(err), err: err}
 	}
+}
+
+// lockedDetail says what a refused TryLock learnt about the holder, e.g.
+// " (token 7; free in at most 12.3s)", or "" when the backend said nothing.
+func lockedDetail(err error) string {
+	var le *driver.LockedError
+	if !errors.As(err, &le) {
+		return ""
+	}
+	var parts []string
+	if le.Token > 0 {
+		parts = append(parts, "token "+strconv.FormatUint(le.Token, 10))
+	}
+	if le.RetryAfter > 0 {
+		parts = append(parts, "free in at most "+roundDuration(le.RetryAfter))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
+}
+
+// typeName is the status TYPE of the lock the flags name.
+func (f *runFlags) typeName() string {
+	switch {
+	case f.shared || f.exclusive:
+		return "rwlock"
+	case f.permits > 0:
+		return "semaphore"
+	}
+	return "mutex"
+}
+
+// reportWaiting says, with -v, who holds the lock while acquire waits for
+// it: once the wait has lasted a moment, then each time the holder, its
+// token or the number of holders changes. It lists the lock with Inspect
+// every second. stop ends it and waits for it.
+func (f *runFlags) reportWaiting(ctx context.Context, e *env, c *dlock.Client, name string) (stop func()) {
+	if !e.verbose {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		watchHolder(ctx, e, c, name, f.typeName(), "dlock: waiting")
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// watchHolder logs, under msg, who holds the lock name of type typ each
+// time that changes, until ctx ends. The first report comes after a short
+// delay, so that a lock granted at once says nothing.
+func watchHolder(ctx context.Context, e *env, c *dlock.Client, name, typ, msg string) {
+	const firstDelay, every = 300 * time.Millisecond, time.Second
+	t := time.NewTimer(firstDelay)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(every)
+		infos, err := c.Inspect(ctx, name)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, dlock.ErrUnsupported):
+			e.info(msg, "name", name, "holder", "unknown (this backend cannot list its locks)")
+			return
+		case err != nil:
+			if s := "error"; s != last {
+				last = s
+				e.info(msg, "name", name, "holder", "unknown", "err", message(err))
+			}
+			continue
+		}
+		li, ok := findLock(infos, name, typ)
+		attrs := holderAttrs(li, ok)
+		// Report a change of holder, token or count, not the ticking expiry.
+		key := fmt.Sprint(attrs[:len(attrs)-2])
+		if key == last {
+			continue
+		}
+		last = key
+		e.info(msg, append([]any{"name", name}, attrs...)...)
+	}
+}
+
+// findLock picks name's lock of type typ out of an Inspect listing.
+func findLock(infos []dlock.LockInfo, name, typ string) (dlock.LockInfo, bool) {
+	for _, li := range infos {
+		if li.Name == name && lockType(li) == typ {
+			return li, true
+		}
+	}
+	return dlock.LockInfo{}, false
+}
+
+// holderAttrs describes who holds a lock as slog attributes, ending with
+// expires_in (which the caller may leave out of a comparison): owner (a
+// read/write lock's writer), readers or permits taken, token, and the time
+// left, "unknown" where the backend cannot tell.
+func holderAttrs(li dlock.LockInfo, found bool) []any {
+	if !found || !held(li) {
+		// Free (or within a lock-delay the backend does not report).
+		return []any{"holder", "none", "token", li.Token, "expires_in", "-"}
+	}
+	var attrs []any
+	switch {
+	case li.Owner != "":
+		attrs = append(attrs, "owner", li.Owner)
+	case li.Readers > 0:
+		attrs = append(attrs, "readers", li.Readers)
+	case li.Holders > 0:
+		attrs = append(attrs, "permits_taken", fmt.Sprintf("%d of %d", li.Holders, li.Permits))
+	}
+	attrs = append(attrs, "token", li.Token)
+	if li.ExpiresIn >= 0 {
+		return append(attrs, "expires_in", li.ExpiresIn)
+	}
+	return append(attrs, "expires_in", "unknown")
 }
 
 // lockFuncs returns the waiting and one-shot acquire of the lock the flags
@@ -306,7 +461,7 @@ func (f *runFlags) heldMessage(name string) string {
 
 // runChild runs CMD under the lease, through a guard process (guard.go),
 // and decides the exit code.
-func (f *runFlags) runChild(e *env, lease *dlock.Lease, sigs <-chan os.Signal, argv []string) error {
+func (f *runFlags) runChild(e *env, lease *dlock.Lease, ttl time.Duration, sigs <-chan os.Signal, argv []string) error {
 	// exec.Command resolves CMD in $PATH as it always did; the guard only
 	// executes the result.
 	c := exec.Command(argv[0], argv[1:]...)
@@ -318,7 +473,7 @@ func (f *runFlags) runChild(e *env, lease *dlock.Lease, sigs <-chan os.Signal, a
 		}
 		return exitf(code, "run: cannot start %q: %v", argv[0], startErr(c.Err))
 	}
-	job, err := startGuarded(e, c.Path, argv, childEnv(e.environ(), lease.Name(), lease.Token()))
+	job, err := startGuarded(e, c.Path, argv, childEnv(e.environ(), lease.Name(), lease.Token(), ttl))
 	if err != nil {
 		f.release(e, lease)
 		var se *startError
@@ -363,12 +518,12 @@ loop:
 		case <-done:
 			done, lost = nil, true
 			if f.killGrace == 0 {
-				e.warnf("dlock: lease on %q lost: %v; killing %s", lease.Name(), lease.Err(), argv[0])
+				e.warnf("dlock: lease lost on %q: %s; killing %s", lease.Name(), lossCause(lease), argv[0])
 				job.kill()
 				continue
 			}
-			e.warnf("dlock: lease on %q lost: %v; stopping %s (SIGTERM, SIGKILL after %v)",
-				lease.Name(), lease.Err(), argv[0], f.killGrace)
+			e.warnf("dlock: lease lost on %q: %s; stopping %s (SIGTERM, SIGKILL after %v)",
+				lease.Name(), lossCause(lease), argv[0], f.killGrace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			_ = syscall.Kill(-pgid, syscall.SIGCONT) // a stopped CMD must run to handle SIGTERM
 			killT = time.NewTimer(f.killGrace)
@@ -393,7 +548,7 @@ loop:
 		if !lost {
 			// Lost in the instant CMD exited: its end may have overlapped
 			// the next holder, so the run is not reported as clean.
-			e.warnf("dlock: lease on %q lost as %s exited: %v", lease.Name(), argv[0], lease.Err())
+			e.warnf("dlock: lease lost on %q as %s exited: %s", lease.Name(), argv[0], lossCause(lease))
 		}
 		return &exitError{code: exitLeaseLost}
 	}
@@ -403,6 +558,22 @@ loop:
 	}
 	// The guard exits with CMD's status, 128+N if signal N killed CMD.
 	return &exitError{code: ps.ExitCode()}
+}
+
+// lossCause says why a lease was lost, without the "lease lost" that the
+// caller's message says already: the library's error reads "dlock: lease
+// lost: <cause>", and causes from drivers repeat "dlock: " in turn.
+func lossCause(l *dlock.Lease) string {
+	err := l.Err()
+	if err == nil {
+		return "unknown cause"
+	}
+	s := strings.TrimPrefix(message(err), "dlock: ")
+	s = strings.TrimPrefix(s, "lease lost: ")
+	if s == "" || s == "lease lost" {
+		return "unknown cause"
+	}
+	return s
 }
 
 // guardWaitErr describes how the guard ended, when it did not exit.
@@ -419,20 +590,23 @@ func (f *runFlags) release(e *env, lease *dlock.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := lease.Unlock(ctx); err != nil {
-		e.warnf("dlock: warning: releasing %q: %v (it frees itself when the lease expires)", lease.Name(), err)
+		e.warnf("dlock: warning: releasing %q: %s (it frees itself when the lease expires)", lease.Name(), strings.TrimPrefix(message(err), "dlock: "))
+		return
 	}
+	e.info("dlock: released", "name", lease.Name(), "token", lease.Token())
 }
 
 // withheldVars are dlock's variables that CMD does not inherit: the two
 // that "dlock run" sets anew, and the two that name the backend, which may
 // carry its password (CMD is not trusted with it; it gets DLOCK_TOKEN).
-var withheldVars = []string{"DLOCK_NAME", "DLOCK_TOKEN", envURL, envURLFile}
+var withheldVars = []string{"DLOCK_NAME", "DLOCK_TOKEN", "DLOCK_TTL", envURL, envURLFile}
 
-// childEnv is environ without withheldVars, plus DLOCK_NAME and DLOCK_TOKEN,
+// childEnv is environ without withheldVars, plus DLOCK_NAME, DLOCK_TOKEN and
+// DLOCK_TTL (in seconds),
 // and $DLOCK_URL_WITHHELD naming the backend variables it left out, if any
 // were set: a dlock started by CMD then refuses to fall back to the default
 // SQLite file, a backend other than the one CMD's lock is on (backendURL).
-func childEnv(environ []string, name string, token uint64) []string {
+func childEnv(environ []string, name string, token uint64, ttl time.Duration) []string {
 	out := make([]string, 0, len(environ)+3)
 	var withheld []string
 	for _, kv := range environ {
@@ -447,7 +621,8 @@ func childEnv(environ []string, name string, token uint64) []string {
 		out = slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, envURLWithheld+"=") })
 		out = append(out, envURLWithheld+"="+strings.Join(withheld, ","))
 	}
-	return append(out, "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(token, 10))
+	return append(out, "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(token, 10),
+		"DLOCK_TTL="+strconv.FormatFloat(ttl.Seconds(), 'f', -1, 64))
 }
 
 // exitStatus is a shell's view of how a process ended: its exit code, or

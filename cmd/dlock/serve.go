@@ -49,7 +49,6 @@ type serveFlags struct {
 	listen   string
 	prefix   string
 	interval time.Duration
-	verbose  bool
 }
 
 // inspectTimeout bounds one Inspect made for the page or a scrape.
@@ -84,7 +83,6 @@ func newServeCmd(e *env) *cobra.Command {
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:9090", "address to serve HTTP on (host:port; port 0 picks a free one)")
 	fl.StringVar(&f.prefix, "prefix", "", "show only locks whose names start with this")
 	fl.DurationVar(&f.interval, "interval", time.Second, "how often the page's snapshot is refreshed")
-	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print the backend (password masked) and whether its connection is TLS-verified on stderr")
 	return cmd
 }
 
@@ -93,7 +91,7 @@ func (f *serveFlags) run(e *env) error {
 	if err != nil {
 		return err
 	}
-	reportBackend(e, raw, f.verbose)
+	reportBackend(e, raw, e.verbose)
 	sigs, stopSigs := e.notify()
 	defer stopSigs()
 

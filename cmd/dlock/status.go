@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 )
 
@@ -57,16 +60,17 @@ const holderWidth = 12
 
 func newStatusCmd(e *env) *cobra.Command {
 	var (
-		src     urlFlags
-		asJSON  bool
-		verbose bool
+		src    urlFlags
+		asJSON bool
+		watch  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "status [flags] [PREFIX]",
 		Short: "List locks, their holders and tokens",
 		Long:  statusLong,
 		Example: `  dlock status
-  dlock status --json orders/`,
+  dlock status --json orders/
+  dlock status --watch jobs/      # refreshed every 2s in place; Ctrl-C ends it`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 1 {
 				return usageErr(fmt.Errorf("status: takes at most one PREFIX, got %d arguments", len(args)))
@@ -78,43 +82,118 @@ func newStatusCmd(e *env) *cobra.Command {
 			if len(args) == 1 {
 				prefix = args[0]
 			}
-			infos, err := inspect(e, &src, verbose, prefix)
+			if cmd.Flags().Changed("watch") && watch < 100*time.Millisecond {
+				return usageErr(fmt.Errorf("status: --watch interval must be at least 100ms, got %v", watch))
+			}
+			raw, err := src.backendURL(e, "status")
+			if err != nil {
+				return err
+			}
+			reportBackend(e, raw, e.verbose)
+			ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+			defer cancel()
+			op, err := src.open(ctx, e, raw)
+			if err != nil {
+				return err
+			}
+			defer op.client.Close()
+			out := cmd.OutOrStdout()
+			if watch > 0 {
+				return watchStatus(e, op.client, out, prefix, asJSON, watch)
+			}
+			infos, err := inspect(ctx, op.client, prefix)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), infos)
+				return writeJSON(out, infos)
 			}
-			return writeTable(cmd.OutOrStdout(), infos)
+			return writeTable(out, infos)
 		},
 	}
 	src.register(cmd, defaultURLHelp)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array for scripts")
-	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "print the backend (password masked) and whether its connection is TLS-verified on stderr")
+	src.registerConnect(cmd)
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print a JSON array for scripts")
+	fl.DurationVar(&watch, "watch", 0, "list again every interval until interrupted: in place on a terminal, one table (or one JSON array per line) after another otherwise (--watch alone: every 2s; --watch=500ms)")
+	fl.Lookup("watch").NoOptDefVal = "2s"
 	return cmd
 }
 
-func inspect(e *env, src *urlFlags, verbose bool, prefix string) ([]dlock.LockInfo, error) {
-	raw, err := src.backendURL(e, "status")
-	if err != nil {
-		return nil, err
-	}
-	reportBackend(e, raw, verbose)
-	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
-	defer cancel()
-	client, err := dlock.Open(ctx, raw)
-	if err != nil {
-		return nil, &exitError{code: classify(err), err: err}
-	}
-	defer client.Close()
+// inspect lists the locks under prefix.
+func inspect(ctx context.Context, client *dlock.Client, prefix string) ([]dlock.LockInfo, error) {
 	infos, err := client.Inspect(ctx, prefix)
 	switch {
 	case errors.Is(err, dlock.ErrUnsupported):
-		return nil, exitf(exitUnavailable, "status: this backend cannot list its locks")
+		return nil, &exitError{code: exitUnavailable, err: errCannotList}
 	case err != nil:
 		return nil, &exitError{code: exitUnavailable, err: err}
 	}
 	return infos, nil
+}
+
+// errCannotList is the error of a backend without Inspect.
+var errCannotList = errors.New("status: this backend cannot list its locks")
+
+// watchStatus lists the locks every interval until SIGINT, SIGTERM or SIGHUP
+// (exit 0). On a terminal each listing replaces the last (the screen is
+// cleared, as watch(1) does); elsewhere listings follow each other, a table
+// after a blank line and a time stamp, JSON as one array per line. A
+// listing that fails is reported on stderr and retried at the next tick; a
+// backend that cannot list its locks ends the watch (exit 69).
+func watchStatus(e *env, c *dlock.Client, out io.Writer, prefix string, asJSON bool, interval time.Duration) error {
+	sigs, stopSigs := e.notify()
+	defer stopSigs()
+	tty := isTerminal(out)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for first := true; ; first = false {
+		ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
+		infos, err := inspect(ctx, c, prefix)
+		cancel()
+		switch {
+		case errors.Is(err, errCannotList):
+			return err
+		case err != nil:
+			e.warnf("%s", message(err))
+		case asJSON:
+			b, jerr := json.Marshal(toJSONAll(infos))
+			if jerr != nil {
+				return exitf(exitInternal, "status: writing JSON: %v", jerr)
+			}
+			fmt.Fprintf(out, "%s\n", b)
+		default:
+			stamp := time.Now().Format("15:04:05")
+			switch {
+			case tty:
+				fmt.Fprintf(out, "\x1b[H\x1b[2JEvery %v: dlock status %s   %s\n\n", interval, prefix, stamp)
+			case !first:
+				fmt.Fprintf(out, "\n%s\n", stamp)
+			default:
+				fmt.Fprintf(out, "%s\n", stamp)
+			}
+			if werr := writeTable(out, infos); werr != nil {
+				return werr
+			}
+		}
+		select {
+		case <-t.C:
+		case s := <-sigs:
+			for s == syscall.SIGTSTP || s == syscall.SIGCONT {
+				if s == syscall.SIGTSTP {
+					stopSelf()
+				}
+				s = <-sigs
+			}
+			return nil
+		}
+	}
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
 }
 
 // lockJSON is one element of "dlock status --json". The field names are a
@@ -164,11 +243,16 @@ func toJSON(li dlock.LockInfo) lockJSON {
 	return j
 }
 
-func writeJSON(w io.Writer, infos []dlock.LockInfo) error {
+func toJSONAll(infos []dlock.LockInfo) []lockJSON {
 	out := make([]lockJSON, 0, len(infos))
 	for _, li := range infos {
 		out = append(out, toJSON(li))
 	}
+	return out
+}
+
+func writeJSON(w io.Writer, infos []dlock.LockInfo) error {
+	out := toJSONAll(infos)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(out); err != nil {

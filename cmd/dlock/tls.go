@@ -30,7 +30,7 @@ func tlsInfo(raw string, getenv func(string) string) (state, why string) {
 	q := u.Query()
 	on := q.Get("tls") == "true" || q.Get("tls") == "1" || slices.ContainsFunc(openurl.TLSParamNames, q.Has)
 	switch u.Scheme {
-	case "redis", "rediss", "redlock":
+	case "redis", "rediss", "redlock", "redis-sentinel":
 		switch {
 		case u.Scheme != "rediss" && !on:
 			return tlsNone, u.Scheme + ":// without tls=true or ca_file"

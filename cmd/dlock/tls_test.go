@@ -18,6 +18,8 @@ func TestTLSInfo(t *testing.T) {
 		{"rediss://h:6379/0?skip_verify=true", "", tlsUnverified},
 		{"redlock://a:1,b:2,c:3", "", tlsNone},
 		{"redlock://a:1,b:2,c:3?server_name=r", "", tlsVerified},
+		{"redis-sentinel://a:1,b:2/0?master_name=m", "", tlsNone},
+		{"redis-sentinel://a:1,b:2/0?master_name=m&tls=true", "", tlsVerified},
 		{"etcd://h1:2379,h2:2379", "", tlsNone},
 		{"etcds://h1:2379", "", tlsVerified},
 		{"etcd://h1:2379?cert_file=c&key_file=k", "", tlsVerified},

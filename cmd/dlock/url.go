@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/internal/openurl"
@@ -19,8 +21,9 @@ import (
 // urlFlags are the --url and --url-file flags of a command that opens a
 // backend.
 type urlFlags struct {
-	url  string // --url
-	file string // --url-file
+	url     string        // --url
+	file    string        // --url-file
+	connect time.Duration // --connect-timeout
 }
 
 // Variables that name the backend. They are dlock's own: "dlock run" does
@@ -41,6 +44,20 @@ func (u *urlFlags) register(cmd *cobra.Command, def string) {
 	fl := cmd.Flags()
 	fl.StringVar(&u.url, "url", "", "backend URL "+def+"; a password in it is visible to other users in ps: prefer --url-file")
 	fl.StringVar(&u.file, "url-file", "", "read the backend URL from this file (one line; keep it mode 0600), so no password shows in ps")
+}
+
+// registerConnect adds --connect-timeout to cmd, whose backend is opened
+// with open.
+func (u *urlFlags) registerConnect(cmd *cobra.Command) {
+	cmd.Flags().DurationVar(&u.connect, "connect-timeout", 0, "give up (exit 69) if the backend cannot be reached within this time; also bounds the driver's reconnections where it has a setting (default: the driver's own, e.g. etcd 5s, ZooKeeper 10s)")
+}
+
+// open opens the backend raw names with the --connect-timeout bound.
+func (u *urlFlags) open(ctx context.Context, e *env, raw string) (*opened, error) {
+	if u.connect < 0 {
+		return nil, usageErr(fmt.Errorf("--connect-timeout must not be negative, got %v", u.connect))
+	}
+	return openBackend(ctx, e, raw, u.connect)
 }
 
 // fromFlags returns the URL the flags give, "" if neither is set. cmdName

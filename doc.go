@@ -94,6 +94,17 @@
 // are not retried: with re-entrance, a repeated release could give up
 // another hold of the same owner.
 //
+// # Observability
+//
+// Options.Logger (a log/slog logger) receives what the library does in the
+// background: a renewal that fails, or stays unanswered for a renewal
+// interval, at Warn, with the attempt and the time left before the lease's
+// validity deadline, while the lease can still be saved; a loss at Error
+// with its cause; every record names the backend, the lock and its token.
+// Options.Hooks sees every operation, attempt, grant, renewal and loss:
+// package dlockprom turns them into Prometheus metrics and dlockotel into
+// OpenTelemetry spans and metrics. OpenWith opens a URL with both set.
+//
 // # Errors
 //
 // errors.Is tells the outcomes apart through every wrap: ErrLocked (held by

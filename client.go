@@ -70,6 +70,7 @@ type Client struct {
 // reported as an *InvalidArgumentError (wrapping ErrInvalid); a backend that
 // cannot be reached as an *OpError. Errors never contain the URL's password
 // or the values of secret-looking query parameters (password=, …).
+// OpenWith also takes the Options a URL cannot carry (Logger, Hooks).
 func Open(ctx context.Context, rawURL string) (*Client, error) {
 	return OpenWith(ctx, rawURL, nil)
 }

@@ -21,7 +21,7 @@ import (
 // driver.LockInfo).
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	list := d.list
-	if d.mode == ModeLease {
+	if d.mode != ModeRowLock {
 		list = func(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 			out, err := d.list(ctx, prefix)
 			if err != nil {
@@ -47,16 +47,37 @@ func (d *store) list(ctx context.Context, prefix string) ([]driver.LockInfo, err
 	return sqlcommon.ScanLocks(rows)
 }
 
-// held reports the names in out whose advisory keys pg_locks shows granted.
+// held reports the names in out whose advisory keys pg_locks shows
+// granted: a mutex by its AdvisoryKey, a read/write lock by its RWKey
+// (with its readers counted).
 func (a advisory) held(ctx context.Context, _ string, out []driver.LockInfo) ([]bool, error) {
-	granted, err := collectSet[int64](a.pool.Query(ctx, a.q.inspectAdvisory))
+	rows, err := a.pool.Query(ctx, a.q.inspectAdvisoryModes)
+	if err != nil {
+		return nil, err
+	}
+	locks := map[int64][2]int{} // key → shared, exclusive holders
+	var (
+		key    int64
+		shared bool
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &shared}, func() error {
+		n := locks[key]
+		if shared {
+			n[0]++
+		} else {
+			n[1]++
+		}
+		locks[key] = n
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
 	held := make([]bool, len(out))
 	for i, li := range out {
-		held[i] = granted[AdvisoryKey(li.Name)]
+		held[i] = locks[AdvisoryKey(li.Name)][1] > 0
 	}
+	heldKinds(out, held, locks)
 	return held, nil
 }
 

@@ -22,12 +22,10 @@ import (
 // the lock is had, so its snapshot sees every holder committed before);
 // then the writes sqlcommon.DecideKind asks for and COMMIT, pipelined. A
 // release or a renewal is one statement on the holder's row; a renewal
-// batch mixing mutexes and kinds is one statement. The session modes
-// (advisory, rowlock) hold only mutexes: their locks end with a
-// connection, and PostgreSQL's shared advisory locks cannot express a
-// waiting writer's mark or a semaphore's stored count soundly, so they
-// refuse the kinds (SupportsKind false: the dlock package answers
-// ErrUnsupported).
+// batch mixing mutexes and kinds is one statement. ModeAdvisory holds
+// read/write locks with shared advisory locks (advisory_kinds.go) but no
+// semaphores; ModeRowLock holds only mutexes. The kinds a mode lacks are
+// refused (SupportsKind false: the dlock package answers ErrUnsupported).
 
 var (
 	_ driver.Kinder        = (*Driver)(nil)
@@ -42,14 +40,21 @@ var (
 // lock name has no control characters, so it never starts with it.
 const wakeAllPrefix = "\x01"
 
-// SupportsKind implements driver.Kinder: in ModeLease every kind; in the
-// session modes the mutex only.
+// SupportsKind implements driver.Kinder: in ModeLease every kind; in
+// ModeAdvisory the mutex and the read/write lock (see advisory_kinds.go);
+// in ModeRowLock the mutex only.
 func (d *Driver) SupportsKind(k driver.Kind) bool {
-	return k == driver.Exclusive || (d.mode == ModeLease && k <= driver.Permit)
+	switch d.mode {
+	case ModeLease:
+		return k <= driver.Permit
+	case ModeAdvisory:
+		return k <= driver.Write
+	}
+	return k == driver.Exclusive
 }
 
 func (d *Driver) unsupported(k driver.Kind) error {
-	return fmt.Errorf("pglock: %s locks in mode %s (only mode lease has them): %w", k, d.mode, driver.ErrUnsupported)
+	return fmt.Errorf("pglock: %s locks in mode %s: %w", k, d.mode, driver.ErrUnsupported)
 }
 
 // kindTx is one acquire transaction on a pinned pool connection
@@ -191,7 +196,7 @@ func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error 
 	if err := d.base.Ready(ctx); err != nil {
 		return err
 	}
-	if d.mode != ModeLease {
+	if !d.SupportsKind(driver.Write) {
 		return nil // no marks are ever left
 	}
 	if _, err := d.pool.Exec(ctx, d.q.withdraw, req.Name, int16(sqlcommon.GroupRW), req.Owner, int16(sqlcommon.KindMark),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
+	"github.com/dlock/dlock/internal/testwait"
 	"github.com/dlock/dlock/locktest"
 )
 
@@ -23,12 +24,12 @@ func TestReadersWakeTogether(t *testing.T) { sqltest.ReadersWakeTogether(t, leas
 func TestMulti(t *testing.T)               { sqltest.Multi(t, leaseOpener(t)) }
 func TestRaiseFence(t *testing.T)          { sqltest.RaiseFence(t, leaseOpener(t)) }
 
-// TestSessionModesRefuseKinds: the session modes hold mutexes only; a
-// kind asked of them directly is refused with ErrUnsupported, as is a
-// multi-acquire, and never granted as a mutex. Their mutex fence can be
-// raised.
 const kindTTL = 10 * time.Second
 
+// TestSessionModesRefuseKinds: ModeRowLock holds mutexes only and
+// ModeAdvisory mutexes and read/write locks; a kind a mode lacks, asked
+// of it directly, is refused with ErrUnsupported, as is a multi-acquire,
+// and never granted as a mutex. Their mutex fence can be raised.
 func TestSessionModesRefuseKinds(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
@@ -40,7 +41,11 @@ func TestSessionModesRefuseKinds(t *testing.T) {
 			defer dn.Close()
 			d := dn.(*Driver)
 			name := randomName("sessionkinds")
-			for _, k := range []driver.Kind{driver.Read, driver.Write, driver.Permit} {
+			kinds := []driver.Kind{driver.Read, driver.Write, driver.Permit}
+			if mode == ModeAdvisory {
+				kinds = kinds[2:]
+			}
+			for _, k := range kinds {
 				if d.SupportsKind(k) {
 					t.Errorf("SupportsKind(%s) in mode %s", k, mode)
 				}
@@ -67,6 +72,112 @@ func TestSessionModesRefuseKinds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAdvisoryRW: in ModeAdvisory readers share (in one driver and
+// across drivers), a writer excludes them and other writers, tokens follow
+// the read/write rule, a refused waiting writer's mark holds new readers
+// back until Withdraw, a reader's backend terminated from outside frees
+// its share, and releases wake waiters.
+func TestAdvisoryRW(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeAdvisory)
+	open := func() *Driver {
+		dn, err := h.NewDriver(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dn.Close() })
+		return dn.(*Driver)
+	}
+	d, d2 := open(), open()
+	name := randomName("advrw")
+	rq := func(owner string, k driver.Kind) driver.AcquireRequest {
+		return driver.AcquireRequest{Name: name, Owner: owner, TTL: kindTTL, Kind: k}
+	}
+	try := func(d *Driver, r driver.AcquireRequest) (driver.Grant, error) { return d.TryAcquire(ctx, r) }
+	must := func(d *Driver, r driver.AcquireRequest) driver.Grant {
+		t.Helper()
+		g, err := try(d, r)
+		if err != nil {
+			t.Fatalf("%s by %s: %v", r.Kind, r.Owner, err)
+		}
+		return g
+	}
+	locked := func(d *Driver, r driver.AcquireRequest) {
+		t.Helper()
+		if _, err := try(d, r); !errors.Is(err, driver.ErrLocked) {
+			t.Fatalf("%s by %s: %v, want ErrLocked", r.Kind, r.Owner, err)
+		}
+	}
+	rel := func(d *Driver, r driver.AcquireRequest, g driver.Grant, want int) {
+		t.Helper()
+		n, err := d.Release(ctx, driver.Lease{Name: name, Owner: r.Owner, Token: g.Token, Handle: g.Handle, TTL: r.TTL, Kind: r.Kind})
+		if err != nil || n != want {
+			t.Fatalf("release %s by %s: %d, %v", r.Kind, r.Owner, n, err)
+		}
+	}
+	ra, rb, rc, w := rq("a", driver.Read), rq("b", driver.Read), rq("c", driver.Read), rq("w", driver.Write)
+	ga, gb, gc := must(d, ra), must(d, rb), must(d2, rc)
+	ga2 := must(d, ra)
+	if ga2.Count != 2 || ga2.Token != ga.Token {
+		t.Fatalf("read re-entry: %+v after %+v", ga2, ga)
+	}
+	rel(d, ra, ga2, 1)
+	locked(d2, w)
+	// A waiting writer's mark holds new readers back, not those in.
+	ww := w
+	ww.Waiting = true
+	locked(d2, ww)
+	locked(d2, rq("e", driver.Read))
+	if err := d2.Withdraw(ctx, ww); err != nil {
+		t.Fatal(err)
+	}
+	ge := must(d2, rq("e", driver.Read))
+	rel(d2, rq("e", driver.Read), ge, 0)
+	rel(d, ra, ga, 0)
+	rel(d, rb, gb, 0)
+	// A reader whose backend dies frees its share.
+	pids := d2.holderPIDs(name, driver.Read)
+	if len(pids) != 1 {
+		t.Fatalf("%d reader connections in d2, want 1", len(pids))
+	}
+	if err := terminate(ctx, h.admin, pids[0]); err != nil {
+		t.Fatal(err)
+	}
+	var gw driver.Grant
+	testwait.Until(t, 15*time.Second, "the writer's grant once the last reader's backend ended", func() bool {
+		g, err := try(d2, w)
+		gw = g
+		return err == nil
+	})
+	locked(d, ra)
+	locked(d, rq("x", driver.Write))
+	if gw.Token <= gc.Token || gc.Token <= max(ga.Token, gb.Token) {
+		t.Fatalf("tokens a %d b %d c %d then write %d", ga.Token, gb.Token, gc.Token, gw.Token)
+	}
+	rel(d2, w, gw, 0)
+	ga = must(d, ra)
+	if ga.Token <= gw.Token {
+		t.Fatalf("read token %d after write %d", ga.Token, gw.Token)
+	}
+	gb = must(d2, rb)
+	infos, err := d.Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Kind != driver.Write || infos[0].Readers != 2 || infos[0].Token != gb.Token {
+		t.Fatalf("Inspect with 2 readers: %+v", infos)
+	}
+	rel(d, ra, ga, 0)
+	rel(d2, rb, gb, 0)
+	if infos, err = d.Inspect(ctx, name); err != nil || len(infos) != 1 || infos[0].Readers != 0 || infos[0].Count != 0 {
+		t.Fatalf("Inspect when free: %+v, %v", infos, err)
+	}
+}
+
+func TestAdvisoryKindWakes(t *testing.T) {
+	sqltest.KindWakes(t, newTestHarness(t, ModeAdvisory).NewDriver, driver.Write, driver.Read)
 }
 
 // TestMigratesOldTable opens a lock table an older version made (no

@@ -40,6 +40,14 @@
 // a second one for an instant at the grant): size the pool for the locks held
 // at once.
 //
+// Lock kinds (driver.Kinder): ModeLease has read/write locks and
+// semaphores, kept in <table>_kinds and <table>_holders (see kinds.go);
+// ModeAdvisory has read/write locks on shared advisory locks (see
+// advisory_kinds.go); ModeRowLock has only mutexes. Kinds a mode lacks are
+// refused with driver.ErrUnsupported. ModeLease takes several mutexes in
+// one round trip (driver.MultiAcquirer), and every mode can raise a
+// name's fencing counter (driver.FenceRaiser).
+//
 // PostgreSQL 12 or later. The lock table must live on the primary; see
 // docs/backends.md for what a failover does to each mode.
 //

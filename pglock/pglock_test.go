@@ -97,10 +97,20 @@ func terminate(ctx context.Context, admin *pgxpool.Pool, pid uint32) error {
 // is terminated, as Drop does); readers', a writer's or permits' rows are
 // deleted. Counters and stored permit counts stay.
 func (h *harness) DropKind(ctx context.Context, name string, k driver.Kind) error {
-	if k == driver.Exclusive {
-		if h.mode != ModeLease {
+	if h.mode != ModeLease {
+		if k == driver.Exclusive {
 			return h.Drop(ctx, name)
 		}
+		for _, d := range h.drivers.All() {
+			for _, pid := range d.holderPIDs(name, k) {
+				if err := terminate(ctx, h.admin, pid); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if k == driver.Exclusive {
 		_, err := h.admin.Exec(ctx, `UPDATE `+h.table+` SET lock_until = now(), delay_until = now()
 			WHERE name = $1 AND count > 0 AND lock_until > now()`, name)
 		return err

@@ -25,6 +25,8 @@ type queries struct {
 	kindLock, kindHolders, kindSet, kindDelete, kindPut            string
 	kindRelease, kindRenew, mixedRenew, withdraw                   string
 	raiseMutex, raiseKind, multiCheck, inspectKinds, inspectHolder string
+	advRead, advWrite, advRead13, advWrite13                       string
+	inspectAdvisoryModes                                           string
 }
 
 // nowUS is the server's clock in microseconds since the epoch, the unit
@@ -129,6 +131,10 @@ FROM $T WHERE left(name, char_length($1)) = $1 ORDER BY name`)
 	q.inspectAdvisory = `SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	q.inspectRow = r.Replace(`SELECT name FROM $T_rowlock WHERE left(name, char_length($1)) = $1 FOR KEY SHARE SKIP LOCKED`)
+	q.advRead, q.advWrite = advisoryKindQueries(table, false)
+	q.advRead13, q.advWrite13 = advisoryKindQueries(table, true)
+	q.inspectAdvisoryModes = `SELECT (classid::bigint << 32) | objid::bigint, mode = 'ShareLock' FROM pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	q.hasFloor = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'fence_floor' AND NOT attisdropped)`
 	q.addFloor = r.Replace(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS fence_floor bigint NOT NULL DEFAULT 0`)
 	q.createKinds = r.Replace(`CREATE TABLE IF NOT EXISTS $T_kinds (

@@ -20,7 +20,8 @@ import (
 // held, with what the driver's SQL needs to know about its lock.
 type pinned struct {
 	*pgxpool.Conn
-	key        int64 // advisory key
+	kind       driver.Kind // of the lock held: Exclusive, or Read or Write (ModeAdvisory)
+	key        int64       // advisory key: AdvisoryKey, or RWKey for Read and Write
 	pid        uint32
 	oldTimeout string // idle_session_timeout before we armed it ("" = not armed)
 	timeoutMS  string // the server-side idle timeout armed: one TTL, in ms
@@ -65,7 +66,11 @@ func (d session) Pin(ctx context.Context, req driver.AcquireRequest) (*pinned, e
 	if err != nil {
 		return nil, err
 	}
-	return &pinned{Conn: conn, key: AdvisoryKey(req.Name), pid: conn.Conn().PgConn().PID(), timeoutMS: timeoutMS(req.TTL)}, nil
+	key := AdvisoryKey(req.Name)
+	if req.Kind != driver.Exclusive {
+		key = RWKey(req.Name)
+	}
+	return &pinned{Conn: conn, kind: req.Kind, key: key, pid: conn.Conn().PgConn().PID(), timeoutMS: timeoutMS(req.TTL)}, nil
 }
 
 // poolConn takes a connection from the pool, waiting at most pinTimeout.
@@ -112,6 +117,9 @@ func (advisory) Abort(c *pinned) { abort(c, "SELECT pg_advisory_unlock_all()") }
 // Lock implements sqlcommon.SessionSQL: it tries the advisory lock and, if
 // granted, bumps the fence in the same autocommitted statement.
 func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	if req.Kind != driver.Exclusive {
+		return a.lockKind(ctx, c, req)
+	}
 	name, owner := req.Name, req.Owner
 	var (
 		ok    bool
@@ -138,6 +146,9 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 // waiters and, if Lock armed it, the session's old idle timeout back, in
 // one statement.
 func (a advisory) Unlock(ctx context.Context, c *pinned, name string) error {
+	if c.kind != driver.Exclusive {
+		return a.unlockKind(ctx, c, name)
+	}
 	var (
 		released bool
 		notified *bool
@@ -149,10 +160,12 @@ func (a advisory) Unlock(ctx context.Context, c *pinned, name string) error {
 		err = c.QueryRow(ctx, a.q.advisoryRelease, c.key, a.channel, name).Scan(&released, &notified)
 	}
 	if err == nil && !released {
-		err = errors.New("pg_advisory_unlock found no lock on the session")
+		err = errNoAdvisoryLock
 	}
 	return err
 }
+
+var errNoAdvisoryLock = errors.New("pg_advisory_unlock found no lock on the session")
 
 // Ping implements sqlcommon.SessionSQL: it proves the session alive and
 // re-arms its idle_session_timeout to ttl (where the server has it).
@@ -270,6 +283,18 @@ func (r rowLock) Unlock(ctx context.Context, c *pinned, name string) error {
 func (r rowLock) Ping(ctx context.Context, c *pinned, ttl time.Duration) error {
 	_, err := c.Exec(ctx, r.q.rowPing, timeoutMS(ttl))
 	return err
+}
+
+// holderPIDs returns the backend PIDs of the connections holding kind k
+// of name in this driver, for tests that terminate them from outside.
+func (d *Driver) holderPIDs(name string, k driver.Kind) []uint32 {
+	var pids []uint32
+	for _, h := range d.sess.Find(name, k) {
+		if c, ok := h.Conn(); ok {
+			pids = append(pids, c.pid)
+		}
+	}
+	return pids
 }
 
 // holderPID returns the backend PID of the connection holding name in this

@@ -70,6 +70,8 @@ type SessionSQL[C Conn] interface {
 // name from the same driver was refused locally, without asking the server,
 // for as long as the process ran.
 type Hold[C Conn] struct {
+	key   string // in Sessions.holds: HoldKey of the request
+	kind  driver.Kind
 	name  string
 	owner string
 	token uint64
@@ -90,6 +92,23 @@ type Hold[C Conn] struct {
 
 // Name returns the lock name h holds.
 func (h *Hold[C]) Name() string { return h.name }
+
+// Kind returns the kind of lock h holds.
+func (h *Hold[C]) Kind() driver.Kind { return h.kind }
+
+// HoldKey returns the key a session-mode hold of req is listed under in
+// Sessions: the name for a mutex and a write lock's other side, and for
+// a read hold the name, kind and owner, since several owners' reads of one
+// name share it, each on its own connection.
+func HoldKey(req driver.AcquireRequest) string {
+	switch req.Kind {
+	case driver.Exclusive:
+		return req.Name
+	case driver.Read, driver.Permit:
+		return req.Name + "\x00" + req.Kind.String() + "\x00" + req.Owner
+	}
+	return req.Name + "\x00" + req.Kind.String()
+}
 
 // Conn returns h's connection while it is pinned. It takes h's lock, so it
 // must not be called from inside a callback that already has it.
@@ -187,15 +206,31 @@ func (s *Sessions[C]) Len() int {
 	return len(s.holds)
 }
 
-// Get returns the hold listed under name, or nil; nil for a nil s (a
-// driver in a lease mode).
-func (s *Sessions[C]) Get(name string) *Hold[C] {
+// Get returns the hold listed under key (a mutex's name, see HoldKey),
+// or nil; nil for a nil s (a driver in a lease mode).
+func (s *Sessions[C]) Get(key string) *Hold[C] {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.holds[name]
+	return s.holds[key]
+}
+
+// Find returns the holds of name of kind k listed now.
+func (s *Sessions[C]) Find(name string, k driver.Kind) []*Hold[C] {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var hs []*Hold[C]
+	for _, h := range s.holds {
+		if h.name == name && h.kind == k {
+			hs = append(hs, h)
+		}
+	}
+	return hs
 }
 
 // TryAcquire implements Locker. A name this driver already holds never
@@ -239,7 +274,7 @@ func (s *Sessions[C]) TryAcquire(ctx context.Context, req driver.AcquireRequest)
 // expired (its expiry timer may not have run yet, for example in a process
 // just resumed from a stop) is ended here and the server is asked.
 func (s *Sessions[C]) reenter(req driver.AcquireRequest) (g driver.Grant, ok bool, err error) {
-	h := s.Get(req.Name)
+	h := s.Get(HoldKey(req))
 	if h == nil {
 		return driver.Grant{}, false, nil
 	}
@@ -292,7 +327,7 @@ func (s *Sessions[C]) expire(h *Hold[C]) {
 // token, by a Lock sent at sent, and returns its first grant. If the driver
 // was closed meanwhile, conn is discarded and add fails.
 func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent time.Time) (driver.Grant, error) {
-	h := &Hold[C]{name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
+	h := &Hold[C]{key: HoldKey(req), kind: req.Kind, name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
 	h.lost, h.lose = context.WithCancelCause(context.Background())
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(h.expiresIn(), func() { s.expire(h) })
@@ -308,7 +343,7 @@ func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent 
 	// server just granted the lock to this connection): it is mid-release
 	// or lost, and its own goroutine removes nothing but itself. Replacing
 	// it here, without touching its lock, keeps the lock order h.mu → s.mu.
-	s.holds[req.Name] = h
+	s.holds[h.key] = h
 	s.mu.Unlock()
 	return g, nil
 }
@@ -316,7 +351,7 @@ func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent 
 // lookup finds the hold behind l and checks that l is a grant on it.
 func (s *Sessions[C]) lookup(l driver.Lease) (*Hold[C], error) {
 	h, _ := l.Handle.(*Hold[C])
-	if h == nil || h.name != l.Name || h.owner != l.Owner || h.token != l.Token {
+	if h == nil || h.name != l.Name || h.kind != l.Kind || h.owner != l.Owner || h.token != l.Token {
 		return nil, fmt.Errorf("%s: lease was not granted by this driver: %w", s.prefix, driver.ErrNotHeld)
 	}
 	return h, nil
@@ -325,8 +360,8 @@ func (s *Sessions[C]) lookup(l driver.Lease) (*Hold[C], error) {
 // drop removes h from the table if it is still there.
 func (s *Sessions[C]) drop(h *Hold[C]) {
 	s.mu.Lock()
-	if s.holds[h.name] == h {
-		delete(s.holds, h.name)
+	if s.holds[h.key] == h {
+		delete(s.holds, h.key)
 	}
 	s.mu.Unlock()
 }

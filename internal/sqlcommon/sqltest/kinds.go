@@ -220,49 +220,51 @@ func Kinds(t *testing.T, open Open) {
 	})
 
 	t.Run("ExpiryAndLockDelay", func(t *testing.T) {
-		n := RandomName("delay")
 		for _, k := range []driver.Kind{driver.Read, driver.Permit} {
-			r := kreq(n, "a", k)
-			r.TTL, r.LockDelay = time.Second, 3*time.Second
-			if k == driver.Permit {
-				r.Permits = 1
-			}
-			blocked := kreq(n, "b", driver.Write)
-			if k == driver.Permit {
-				blocked = kreq(n, "b", driver.Permit)
-				blocked.Permits = 1
-			}
-			g := grant(t, d, r)
-			testwait.Until(t, 15*time.Second, "the lease to expire", func() bool {
-				infos, err := d.(driver.Inspector).Inspect(ctx, n)
-				if err != nil {
-					t.Fatal(err)
+			t.Run(k.String(), func(t *testing.T) {
+				t.Parallel()
+				n := RandomName("delay")
+				r := kreq(n, "a", k)
+				r.TTL, r.LockDelay = time.Second, 3*time.Second
+				if k == driver.Permit {
+					r.Permits = 1
 				}
-				for _, li := range infos {
-					if li.Kind != driver.Exclusive && (li.Readers > 0 || li.Holders > 0) {
-						return false
+				blocked := kreq(n, "b", driver.Write)
+				if k == driver.Permit {
+					blocked = kreq(n, "b", driver.Permit)
+					blocked.Permits = 1
+				}
+				g := grant(t, d, r)
+				testwait.Until(t, 15*time.Second, "the lease to expire", func() bool {
+					infos, err := d.(driver.Inspector).Inspect(ctx, n)
+					if err != nil {
+						t.Fatal(err)
 					}
+					for _, li := range infos {
+						if li.Kind != driver.Exclusive && (li.Readers > 0 || li.Holders > 0) {
+							return false
+						}
+					}
+					return true
+				})
+				if _, err := d.Release(ctx, klease(r, g)); !errors.Is(err, driver.ErrNotHeld) {
+					t.Fatalf("%s: release after expiry = %v, want ErrNotHeld", k, err)
 				}
-				return true
+				le := refused(t, d2, blocked) // inside the lock-delay
+				if le.RetryAfter <= 0 {
+					t.Errorf("%s: a refusal inside the lock-delay has RetryAfter %v", k, le.RetryAfter)
+				}
+				var gb driver.Grant
+				testwait.Until(t, 20*time.Second, "the lock-delay to end", func() bool {
+					g, err := d2.TryAcquire(ctx, blocked)
+					gb = g
+					return err == nil
+				})
+				if gb.Token <= g.Token {
+					t.Fatalf("%s: token %d after an expired holder's %d", k, gb.Token, g.Token)
+				}
+				release(t, d2, blocked, gb, 0)
 			})
-			if _, err := d.Release(ctx, klease(r, g)); !errors.Is(err, driver.ErrNotHeld) {
-				t.Fatalf("%s: release after expiry = %v, want ErrNotHeld", k, err)
-			}
-			le := refused(t, d2, blocked) // inside the lock-delay
-			if le.RetryAfter <= 0 {
-				t.Errorf("%s: a refusal inside the lock-delay has RetryAfter %v", k, le.RetryAfter)
-			}
-			var gb driver.Grant
-			testwait.Until(t, 20*time.Second, "the lock-delay to end", func() bool {
-				g, err := d2.TryAcquire(ctx, blocked)
-				gb = g
-				return err == nil
-			})
-			if gb.Token <= g.Token {
-				t.Fatalf("%s: token %d after an expired holder's %d", k, gb.Token, g.Token)
-			}
-			release(t, d2, blocked, gb, 0)
-			n = RandomName("delay")
 		}
 	})
 
@@ -334,17 +336,22 @@ func Kinds(t *testing.T, open Open) {
 	})
 }
 
-// KindWakes checks that the release of each kind wakes a subscriber
-// waiting for it: while the holder holds, the subscription stays quiet
-// for longer than any poll backoff (1s), so a wake-up after the release
-// came from the release.
-func KindWakes(t *testing.T, open Open) {
+// KindWakes checks that the release of each kind (Write, Read and Permit
+// unless kinds says which) wakes a subscriber waiting for it: while the
+// holder holds, the subscription stays quiet for longer than any poll
+// backoff (1s), so a wake-up after the release came from the release. The
+// kinds run in parallel.
+func KindWakes(t *testing.T, open Open, kinds ...driver.Kind) {
 	d := mustOpen(t, open)
 	d2 := mustOpen(t, open)
 	t.Cleanup(func() { d.Close(); d2.Close() })
 	ctx := context.Background()
-	for _, k := range []driver.Kind{driver.Write, driver.Read, driver.Permit} {
+	if len(kinds) == 0 {
+		kinds = []driver.Kind{driver.Write, driver.Read, driver.Permit}
+	}
+	for _, k := range kinds {
 		t.Run(k.String(), func(t *testing.T) {
+			t.Parallel()
 			n := RandomName("kwake")
 			r := kreq(n, "a", k)
 			if k == driver.Permit {

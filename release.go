@@ -68,7 +68,7 @@ func (c *Client) runRetry(p *releaseRetry) {
 		c.mu.Lock()
 		delete(c.retries, p)
 		c.mu.Unlock()
-		c.log.Info(msg, args...)
+		c.log.Info(msg, append([]any{"backend", c.backend}, args...)...)
 	}
 	for {
 		d := bo.next()

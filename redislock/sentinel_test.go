@@ -3,7 +3,6 @@ package redislock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -194,35 +193,11 @@ func TestSentinelFailover(t *testing.T) {
 	_ = lb.Unlock(ctx)
 }
 
-// stallReplicas stops every node but the master m (SIGSTOP) and fills the
-// master's replication stream with 32 MiB, more than the kernel's socket
-// buffers hold: a write the master accepts now reaches no replica before the
-// replicas are continued. It returns the function that continues them.
+// stallReplicas is testserver.SentinelSet.StallReplicas for t.
 func stallReplicas(t *testing.T, set *testserver.SentinelSet, m int) (resume func()) {
 	t.Helper()
-	for i, n := range set.Nodes {
-		if i != m {
-			if err := n.Pause(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	resume = func() {
-		for i, n := range set.Nodes {
-			if i != m {
-				_ = n.Resume()
-			}
-		}
-	}
-	c := set.Client(m)
-	defer c.Close()
-	junk := strings.Repeat("j", 1<<20)
-	pipe := c.Pipeline()
-	for i := range 32 {
-		pipe.Set(context.Background(), fmt.Sprintf("junk:%d", i), junk, 0)
-	}
-	if _, err := pipe.Exec(context.Background()); err != nil {
-		resume()
+	resume, err := set.StallReplicas(m)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return resume

@@ -498,6 +498,45 @@ func (s *SentinelSet) AwaitPromotion(old int, within time.Duration) (int, error)
 	return promoted, nil
 }
 
+// StallReplicas makes the replication of master m lag: it stops every
+// other node (SIGSTOP) and writes 32 MiB of junk keys to m, more than the
+// kernel's socket buffers between m and its replicas hold, so that a write
+// m accepts from now on reaches no replica until they are continued. Kill m
+// before calling resume, which continues the replicas, to lose those
+// writes as an asynchronous failover does. The replicas must be continued
+// within about DownAfter, or Sentinel counts them as down too.
+func (s *SentinelSet) StallReplicas(m int) (resume func(), err error) {
+	resume = func() {
+		for i, n := range s.Nodes {
+			if i != m {
+				_ = n.Resume()
+			}
+		}
+	}
+	for i, n := range s.Nodes {
+		if i != m {
+			if err := n.Pause(); err != nil {
+				resume()
+				return nil, err
+			}
+		}
+	}
+	c := s.Client(m)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	junk := strings.Repeat("j", 1<<20)
+	pipe := c.Pipeline()
+	for i := range 32 {
+		pipe.Set(ctx, "testserver:junk:"+strconv.Itoa(i), junk, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		resume()
+		return nil, fmt.Errorf("testserver: stall replicas: fill the replication stream: %w", err)
+	}
+	return resume, nil
+}
+
 // Rejoin restarts node i, empty, as a replica of node master (as an
 // operator brings a crashed master back after a failover), and waits until it
 // is in sync.

@@ -9,8 +9,7 @@ import (
 )
 
 // TestSentinelFailover starts a master, two replicas and three sentinels,
-// kills the master twice and checks that Sentinel promotes a replica each
-// time, that data written to the master (and acknowledged by a replica with
+// kills the master and checks that Sentinel promotes a replica, that data written to the master (and acknowledged by a replica with
 // WAIT) survives, and that the killed node rejoins as a replica.
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
@@ -25,7 +24,7 @@ func TestSentinelFailover(t *testing.T) {
 	if m != 0 {
 		t.Fatalf("master = node %d, want 0 at start", m)
 	}
-	for round := range 2 {
+	for round := range 1 {
 		c := s.Client(m)
 		key := "k" + string(rune('0'+round))
 		if err := c.Set(ctx, key, "v", 0).Err(); err != nil {

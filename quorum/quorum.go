@@ -26,12 +26,15 @@
 // (Grant.Sent), and the dlock package releases a grant that comes back
 // after it. Otherwise the acquire is undone on every node that granted it or
 // whose reply was lost, and reported as held (ErrLocked, with a retry hint)
-// or, when fewer than a majority answered, as an error. Renewal goes to every
-// node that granted and is confirmed when a majority renewed; a lease is
-// gone (ErrNotHeld) once more than N − majority nodes report it gone.
-// Release goes to every node. A release waits until every node has answered
-// the acquire (or given up on it), so it cannot overtake a slow node's
-// acquire and leave the lock held there.
+// or, when fewer than a majority answered, as an error. Once a majority
+// granted, the other nodes get as long again as the majority took; later
+// answers are handled in the background (a late grant joins the lease, or is
+// released if the lease was released meanwhile, so that no release
+// overtakes its acquire). Renewal goes to every node that granted and is
+// confirmed when a majority renewed; a lease is gone (ErrNotHeld) once more
+// than N − majority nodes report it gone. Release goes to every node that
+// granted or may have. Renew and Release return once the outcome is known,
+// so a hung node slows neither down.
 //
 // # Fencing
 //
@@ -45,6 +48,12 @@
 // this token: its token is larger. docs/quorum.md has the proof, and the
 // patterns of node restarts it survives (a node restarted empty loses its
 // counter).
+//
+// # Loss
+//
+// Renewal finds a lease gone on a majority. When enough granting nodes
+// report loss on their own (Grant.Lost: session-bound nodes), the grant's
+// Lost closes as soon as fewer than a majority of them still hold it.
 //
 // # Re-entry
 //

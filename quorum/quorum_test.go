@@ -118,7 +118,7 @@ func TestLostRepliesUndone(t *testing.T) {
 	ctx := context.Background()
 	bs, ds := memNodes(t, 3)
 	q := newMemQuorum(t, ds)
-	c := dlock.New(q, &dlock.Options{TTL: 10 * time.Second})
+	c := dlock.New(q, &dlock.Options{TTL: time.Minute})
 	defer c.Close()
 	lose := func(op string) error {
 		if op == "acquire" {
@@ -310,5 +310,65 @@ func TestOpenURL(t *testing.T) {
 		if strings.Contains(err.Error(), pw) {
 			t.Errorf("%s: %q shows the password", tc.what, err)
 		}
+	}
+}
+
+// sessioned is a memlock node whose grants live on a session it can lose,
+// as a session-bound backend's (a pinned SQL connection) do: the grants are
+// dropped on the backend and Grant.Lost closes.
+type sessioned struct {
+	*memlock.Driver
+	ctx  context.Context
+	lose context.CancelCauseFunc
+}
+
+func newSessioned(d *memlock.Driver) *sessioned {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &sessioned{Driver: d, ctx: ctx, lose: cancel}
+}
+
+func (s *sessioned) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := s.Driver.TryAcquire(ctx, req)
+	if err == nil {
+		g.Lost, g.Cause = s.ctx.Done(), func() error { return context.Cause(s.ctx) }
+	}
+	return g, err
+}
+
+// TestLostWhenMajorityLost: the grant's Lost closes once a majority of its
+// nodes lost it, without waiting for a renewal.
+func TestLostWhenMajorityLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bs, ds := memNodes(t, 3)
+	s0, s1 := newSessioned(ds[0]), newSessioned(ds[1])
+	q, err := quorum.New([]driver.Driver{s0, s1, ds[2]}, &quorum.Options{NodeTimeout: testNodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(q, &dlock.Options{TTL: 20 * time.Second, RenewInterval: 15 * time.Second})
+	defer c.Close()
+	const name = "lost"
+	l, err := c.NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessionLost := fmt.Errorf("session ended (test): %w", driver.ErrSessionLost)
+	bs[0].Drop(name)
+	s0.lose(sessionLost)
+	select {
+	case <-l.Done():
+		t.Fatalf("lease lost with one node of three gone: %v", l.Err())
+	case <-time.After(300 * time.Millisecond):
+	}
+	bs[1].Drop(name)
+	s1.lose(sessionLost)
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not lost with two nodes of three gone (before its renewal)")
+	}
+	if !errors.Is(l.Err(), dlock.ErrLeaseLost) || !errors.Is(l.Err(), driver.ErrSessionLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost and ErrSessionLost", l.Err())
 	}
 }

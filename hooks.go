@@ -35,9 +35,9 @@ import (
 // Every method is called synchronously by the goroutine doing the work (the
 // caller of Lock, the Client's renewal goroutine, the goroutine that notices
 // a loss), possibly by several goroutines at once: it must be safe for
-// concurrent use, return quickly and never block, and must not call the
-// Client, its locks or its leases. The values it is given are copies it may
-// keep.
+// concurrent use, return quickly, never block or panic (a panic in the
+// renewal goroutine ends the process), and must not call the Client, its
+// locks or its leases. The values it is given are copies it may keep.
 //
 // A Client without Hooks (the default) builds none of these values: an
 // unset Hooks costs a nil check per event and no allocation.

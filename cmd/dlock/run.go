@@ -91,7 +91,18 @@ type runFlags struct {
 	shared    bool // the read side of NAME's read/write lock
 	exclusive bool // the write side of NAME's read/write lock
 	permits   int  // > 0: one permit of NAME's semaphore of this size
+
+	// troubled is set when the lease was lost or its release failed: the
+	// backend may not be answering, so closing the client is not waited
+	// for long (closeClient).
+	troubled bool
 }
+
+// troubledCloseWait bounds closing the client after a lost lease or a
+// failed release: what Close would release is gone or expiring anyway, and
+// an unanswering backend (a paused etcd) would hold dlock's exit for its
+// whole timeout after CMD is gone.
+const troubledCloseWait = 300 * time.Millisecond
 
 // defaultKillGrace is how long run lets CMD handle SIGTERM after a lost
 // lease before it sends SIGKILL.
@@ -230,7 +241,7 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 	close(stopWatch)
 	<-watchDone
 	if op != nil {
-		defer op.client.Close()
+		defer f.closeClient(e, op.client)
 	}
 	var se signalError
 	if errors.As(context.Cause(waitCtx), &se) {
@@ -545,6 +556,7 @@ loop:
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	if lost || lease.Err() != nil {
+		f.troubled = true
 		if !lost {
 			// Lost in the instant CMD exited: its end may have overlapped
 			// the next holder, so the run is not reported as clean.
@@ -584,12 +596,35 @@ func guardWaitErr(ps *os.ProcessState, waitErr error) any {
 	return waitErr
 }
 
+// closeClient closes the client; after a lost lease or a failed release,
+// only for troubledCloseWait, saying so if the backend did not answer in
+// that time.
+func (f *runFlags) closeClient(e *env, c *dlock.Client) {
+	if !f.troubled {
+		_ = c.Close()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.Close()
+	}()
+	t := time.NewTimer(troubledCloseWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		e.warnf("dlock: the backend is not answering; exiting without waiting for it (what dlock held there ends with its TTL)")
+	}
+}
+
 // release gives the lock up on a context of its own: dlock's signals and
 // deadlines must not leave it held until its TTL.
 func (f *runFlags) release(e *env, lease *dlock.Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := lease.Unlock(ctx); err != nil {
+		f.troubled = true
 		e.warnf("dlock: warning: releasing %q: %s (it frees itself when the lease expires)", lease.Name(), strings.TrimPrefix(message(err), "dlock: "))
 		return
 	}

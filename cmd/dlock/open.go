@@ -168,6 +168,7 @@ func openDriver(ctx context.Context, e *env, raw string, connect time.Duration) 
 		ctx, cancel = context.WithTimeout(ctx, connect)
 		defer cancel()
 	}
+	start := time.Now()
 	d, err := dlock.OpenDriver(ctx, driverURL)
 	if err != nil {
 		shown := "backend"
@@ -182,7 +183,8 @@ func openDriver(ctx context.Context, e *env, raw string, connect time.Duration) 
 			}
 			return nil, o, usageErr(fmt.Errorf("invalid url: %s: %w", shown, err))
 		}
-		if connect > 0 && ctx.Err() != nil {
+		// Our deadline, or the driver's own timeout that we set.
+		if connect > 0 && (ctx.Err() != nil || time.Since(start) >= connect*9/10) {
 			return nil, o, exitf(exitUnavailable, "open %s: no connection within --connect-timeout %v: %v", shown, connect, err)
 		}
 		return nil, o, exitf(exitUnavailable, "open %s: %v", shown, err)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -35,5 +38,98 @@ func TestProcessEtcdStopsAnswering(t *testing.T) {
 	}
 	if s := out.String(); !strings.Contains(s, `lease lost on "job"`) || !strings.Contains(s, "backend is not answering") {
 		t.Errorf("output %q does not say the lease was lost and the backend is not answering", s)
+	}
+}
+
+// backendURLs starts one server of each network backend (and an SQLite
+// file) and returns their dlock URLs by name.
+func backendURLs(t *testing.T) map[string]string {
+	t.Helper()
+	sq, _ := sqliteTestURL(t)
+	rs := testserver.RedisN(t, 3, nil)
+	var nodes []string
+	for _, s := range rs {
+		nodes = append(nodes, s.Addr())
+	}
+	return map[string]string{
+		"sqlite":   sq,
+		"redis":    testserver.Redis(t, nil).URL(),
+		"redlock":  "redlock://" + strings.Join(nodes, ","),
+		"etcd":     testserver.Etcd(t, 1).URL() + "/dlock/",
+		"zk":       testserver.ZooKeeper(t, 1).URL() + "/dlock",
+		"postgres": testserver.Postgres(t).URL(),
+		"mysql":    testserver.MariaDB(t).URL(),
+	}
+}
+
+// statusJSON runs "dlock status --json PREFIX" and returns the entry for
+// name (ok false when it is not listed).
+func statusJSON(t *testing.T, rawURL, name string) (lockJSON, bool) {
+	t.Helper()
+	te := newTestEnv(nil)
+	if code := te.run("status", "--url", rawURL, "--json", name); code != 0 {
+		t.Fatalf("status: exit %d: %s", code, te.stderr.String())
+	}
+	var all []lockJSON
+	if err := json.Unmarshal([]byte(te.stdout.String()), &all); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, te.stdout.String())
+	}
+	for _, j := range all {
+		if j.Name == name && j.Type == "mutex" {
+			return j, true
+		}
+	}
+	return lockJSON{}, false
+}
+
+// TestStatusEveryBackend: the same columns mean the same on every backend:
+// a held lock shows its owner, token and hold count, a time left within its
+// TTL or null where the backend cannot tell (session-bound), waiters or
+// null; a released lock shows no owner, a zero time left, and its last
+// token where the backend keeps a record of it. release --force frees it
+// where the backend lets another client, and says why not elsewhere.
+func TestStatusEveryBackend(t *testing.T) {
+	urls := backendURLs(t)
+	for _, be := range []string{"sqlite", "redis", "redlock", "etcd", "zk", "postgres", "mysql"} {
+		t.Run(be, func(t *testing.T) {
+			u := urls[be]
+			c := openClient(t, u)
+			ctx := context.Background()
+			l, err := c.NewMutex("st/a", &dlock.MutexOptions{TTL: 30 * time.Second}).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, ok := statusJSON(t, u, "st/a")
+			if !ok || j.Owner != l.Owner() || j.Token != l.Token() || j.Count != 1 {
+				t.Errorf("held: %+v (ok %v), want owner %s token %d count 1", j, ok, l.Owner(), l.Token())
+			}
+			if j.ExpiresInMS != nil && (*j.ExpiresInMS <= 0 || *j.ExpiresInMS > 30000) {
+				t.Errorf("held: expires_in_ms %d, want within the 30s TTL or null", *j.ExpiresInMS)
+			}
+			if j.Waiters != nil && *j.Waiters != 0 {
+				t.Errorf("held: waiters %d, want 0 or null", *j.Waiters)
+			}
+
+			te := newTestEnv(nil)
+			code := te.run("release", "--force", "--url", u, "st/a", "--token", itoa(l.Token()))
+			switch code {
+			case 0:
+				waitFor(t, "the holder to learn its lease is gone", 20*time.Second, func() bool {
+					return l.Extend(ctx, 30*time.Second) != nil
+				})
+			case exitNothingReleased:
+				t.Logf("release --force refused: %s", te.stderr.String())
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				t.Fatalf("release --force: exit %d: %s", code, te.stderr.String())
+			}
+			j, ok = statusJSON(t, u, "st/a")
+			if ok && (j.Owner != "" || j.Count != 0 || j.ExpiresInMS == nil || *j.ExpiresInMS != 0 || (j.Token != 0 && j.Token != l.Token())) {
+				t.Errorf("released: %+v, want no owner, count 0, expires_in_ms 0, token %d or 0", j, l.Token())
+			}
+			t.Logf("%s: release --force exit %d; after release listed %v token %d", be, code, ok, j.Token)
+		})
 	}
 }

@@ -111,7 +111,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 		return driver.Grant{}, err
 	}
 	parent := d.parent(req.Name)
-	prefix := newPrefix()
+	prefix := d.newPrefix()
 	var track *creates
 	if l.track != nil {
 		track = &l.track.creates

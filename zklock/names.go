@@ -12,12 +12,26 @@ import (
 	"unicode/utf8"
 )
 
-// nodeMarker separates the GUID from the sequence number in a node's name;
-// it is kazoo's Lock._NODE_NAME.
+// nodeMarker separates the GUID from the sequence number in a node's name
+// in the kazoo layout; it is kazoo's Lock._NODE_NAME.
 const nodeMarker = "__lock__"
 
-// contender matches the lock nodes of a queue (kazoo's contender pattern).
-var contender = regexp.MustCompile(`__lock__(-?\d{10})$`)
+// contender matches the lock nodes of a mutex's queue, whichever client made
+// them: kazoo's <guid>__lock__<seq> (its contender pattern) and Curator's
+// InterProcessMutex _c_<uuid>-lock-<seq> (or lock-<seq> unprotected). The
+// sequence numbers of all sequential children of one node come from one
+// counter, so the two namings order against each other by sequence number.
+var contender = regexp.MustCompile(`(?:__lock__|lock-)(-?\d{10})$`)
+
+// Layouts: the name a mutex request gives its node (see Options.Layout).
+const (
+	// LayoutKazoo names nodes <32 hex digits>__lock__<seq>, as Python
+	// kazoo's Lock recipe: kazoo clients on the same path share the queue.
+	LayoutKazoo = "kazoo"
+	// LayoutCurator names nodes _c_<uuid>-lock-<seq>, as Apache Curator's
+	// InterProcessMutex: Curator clients on the same path share the queue.
+	LayoutCurator = "curator"
+)
 
 func checkRoot(root string) error {
 	if root == "/" {
@@ -65,7 +79,8 @@ func (d *Driver) parent(name string) string {
 // (control characters, characters outside the Basic Multilingual Plane,
 // private-use and special characters) are written as %XX, as is a '/' that
 // would make an empty segment, the dots of a "." or ".." segment, one '_' of
-// a segment that looks like a lock node, the 'z' of "zookeeper" directly
+// a segment that looks like a lock node (the first character of its
+// "__lock__" or "lock-" marker), the 'z' of "zookeeper" directly
 // under "/", and the first 'd' of a segment named dlock-delay, dlock-rw or
 // dlock-sem (the nodes of a lock's lock-delay guard, read/write lock and
 // semaphore). Decoding the %XX escapes gives the name back, so two names never
@@ -97,7 +112,7 @@ func escapeName(name string, atRoot bool) string {
 		}
 		cut := -1
 		if m := contender.FindStringIndex(seg); m != nil {
-			cut = m[0] // the first '_' of "__lock__"
+			cut = m[0] // the first character of "__lock__" or "lock-"
 		}
 		for j, r := range seg {
 			switch {
@@ -118,8 +133,12 @@ func zkRune(r rune) bool {
 	return r != utf8.RuneError && r > 0x1f && (r < 0x7f || r > 0x9f) && (r < 0xd800 || r > 0xf8ff) && r < 0xfff0
 }
 
-// newPrefix returns a fresh protected node name prefix.
-func newPrefix() string {
+// newPrefix returns a fresh protected node name prefix of a mutex request in
+// the driver's layout: ZooKeeper appends the sequence number.
+func (d *Driver) newPrefix() string {
+	if d.layout == LayoutCurator {
+		return protectedPrefix(newUUID(), lockMark)
+	}
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic("zklock: crypto/rand failed: " + err.Error())

@@ -51,6 +51,9 @@ func init() {
 //	key_file         PEM client key
 //	server_name      the name to verify in the servers' certificates instead
 //	                 of each host (implies tls)
+//	layout           kazoo (the default) or curator: how a mutex names its
+//	                 queue node, to share locks with Python kazoo's Lock or
+//	                 Apache Curator's InterProcessMutex (see Options.Layout)
 //
 // With TLS, Open first makes a TLS handshake with the servers, so that a
 // wrong CA, a wrong server name or a refused client certificate fails with
@@ -145,6 +148,11 @@ func parseURL(u *url.URL) (servers []string, opts *Options, auth string, connect
 			if perr == nil && connectTimeout <= 0 {
 				perr = errors.New("must be positive")
 			}
+		case "layout":
+			if v != LayoutKazoo && v != LayoutCurator {
+				perr = fmt.Errorf("want %s or %s", LayoutKazoo, LayoutCurator)
+			}
+			opts.Layout = v
 		case "acl":
 			switch v {
 			case "open":
@@ -157,7 +165,7 @@ func parseURL(u *url.URL) (servers []string, opts *Options, auth string, connect
 				perr = errors.New("want open, creator or creator_read")
 			}
 		default:
-			return nil, nil, "", 0, openurl.BadURL("zklock: unknown url parameter %q (known: session_timeout, connect_timeout, acl)", k)
+			return nil, nil, "", 0, openurl.BadURL("zklock: unknown url parameter %q (known: session_timeout, connect_timeout, acl, layout)", k)
 		}
 		if perr != nil {
 			return nil, nil, "", 0, openurl.BadURL("zklock: url parameter %s=%q: %v", k, v, perr)

@@ -33,8 +33,21 @@
 // The naming is Python kazoo's Lock recipe (kazoo.recipe.lock.Lock): a dlock
 // lock on name X with root R and kazoo's client.Lock(R + "/" + X) exclude
 // each other and share one queue. The node's data is the owner string, as
-// kazoo stores its identifier there. Curator's InterProcessMutex names its
-// nodes differently (_c_<guid>-lock-<seq>) and is not recognised.
+// kazoo stores its identifier there. With Options.Layout LayoutCurator (URL
+// layout=curator) a request names its node as Apache Curator's
+// InterProcessMutex does, _c_<uuid>-lock-<seq>, and shares the queue with
+// Curator's InterProcessMutex(client, R + "/" + X) instead.
+//
+// Whatever its layout, the driver counts the nodes of both namings as the
+// queue, ordered by sequence number (ZooKeeper numbers all sequential
+// children of a node from one counter), so dlock never takes a lock a kazoo
+// or Curator client holds. No one naming can serve both foreign clients:
+// kazoo orders what follows the first "__lock__" and ignores other nodes,
+// Curator orders what follows the last "lock-" in every child, so a name
+// that both read as its sequence number would have to end in both markers.
+// kazoo 2.7.1 and later can be told to count Curator's nodes
+// (client.Lock(path, extra_lock_patterns=["-lock-"])); Curator misorders
+// kazoo's nodes (it sorts them by their GUID).
 //
 // # Read/write locks and semaphores
 //
@@ -126,6 +139,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sessionlock"
 )
@@ -165,6 +179,15 @@ type Options struct {
 	// (only the authenticated creator may do anything) or acl=creator_read
 	// (creator all, everyone read).
 	ACL []zk.ACL
+	// Layout is how a mutex request names its node: LayoutKazoo (the
+	// default, Python kazoo's Lock) or LayoutCurator (Apache Curator's
+	// InterProcessMutex). Whatever the layout, the driver queues behind
+	// nodes of both namings, so drivers with different layouts exclude each
+	// other; the layout decides which foreign client sees dlock's nodes
+	// (kazoo ignores Curator's names, and Curator misorders kazoo's). Every
+	// client of one lock must use one naming. Read/write locks and
+	// semaphores always use Curator's layouts. URL: layout=kazoo|curator.
+	Layout string
 }
 
 // Driver is a dlock driver over ZooKeeper connections. It implements
@@ -172,8 +195,9 @@ type Options struct {
 // driver.Kinder (read/write locks and semaphores in Curator's layouts, see
 // kinds.go). It is safe for concurrent use. Create it with New or OpenURL.
 type Driver struct {
-	root string
-	acl  []zk.ACL
+	root   string
+	acl    []zk.ACL
+	layout string
 
 	bg       *sessionlock.Group // session watchers, connects and background deletes
 	ctx      context.Context    // bg's: cancelled by Close
@@ -269,9 +293,17 @@ func newDriver(opts *Options) (*Driver, error) {
 	if o.ACL == nil {
 		o.ACL = zk.WorldACL(zk.PermAll)
 	}
+	switch o.Layout {
+	case "":
+		o.Layout = LayoutKazoo
+	case LayoutKazoo, LayoutCurator:
+	default:
+		return nil, &dlock.InvalidArgumentError{Arg: "Layout", Reason: fmt.Sprintf("zklock: layout %q is not %q or %q", o.Layout, LayoutKazoo, LayoutCurator)}
+	}
 	bg := sessionlock.NewGroup()
 	return &Driver{
 		root:       o.Root,
+		layout:     o.Layout,
 		defaultTTL: o.SessionTimeout,
 		acl:        o.ACL,
 		bg:         bg,

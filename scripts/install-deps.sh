@@ -18,7 +18,10 @@ packages=(
 	faketime             # libfaketime, for server clock jumps
 	postgresql           # initdb and postgres, for pglock
 	mariadb-server       # mariadb-install-db and mariadbd, for mysqllock
-	python3-kazoo        # a second ZooKeeper client, for cross-checks by hand
+	python3-kazoo        # Python kazoo's Lock, for zklock's interop tests
+	python3-redis        # redis-py's Lock and a Python client of dlock's Redis layout, for interop/
+	default-jdk-headless # javac, to compile zklock's Curator peer
+	libcurator-recipes-java # Apache Curator 5.4's locks, for zklock's interop tests
 	chromium             # headless browser: the checker's HTML timeline test renders in it
 )
 

@@ -37,6 +37,12 @@ var admissions = []admission{
 		why:      "Redlock's safety assumes node clocks advance at the client's rate; a jump breaks exclusion and token order",
 	},
 	{
+		backends: []string{"redis-sentinel/async"},
+		fault:    FaultFailoverMaster,
+		classes:  []string{ClassValidityOverlap, ClassUnsafeWrite, ClassTokenOrder, ClassDuplicateToken},
+		why:      "Redis replicates asynchronously: grants (and fencing counter increments) the master acknowledged before any replica had them are lost when Sentinel promotes a replica (min_replicas refuses such grants)",
+	},
+	{
 		backends: []string{"postgres/advisory", "postgres/rowlock", "mysql/getlock", "mysql/rowlock"},
 		fault:    FaultKillSession,
 		classes:  []string{ClassValidityOverlap, ClassUnsafeWrite},

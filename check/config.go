@@ -17,9 +17,11 @@ type Config struct {
 	URL string
 	// Spawn names a backend the checker starts itself, on loopback, from
 	// the programs internal/testserver knows: one of Kinds ("redis",
-	// "redlock", "etcd", "zk", "postgres", "mysql", "sqlite"), optionally
-	// with a mode after a slash for the SQL backends ("postgres/advisory",
-	// "mysql/getlock"). Server-side faults need it.
+	// "redlock", "etcd", "zk", "postgres", "mysql", "sqlite",
+	// "redis-sentinel"), optionally with a mode after a slash for the SQL
+	// backends ("postgres/advisory", "mysql/getlock") and for
+	// redis-sentinel ("redis-sentinel/wait", the default: min_replicas=1;
+	// "redis-sentinel/async": no WAIT). Server-side faults need it.
 	Spawn string
 	// Faults are injected in turn, over and over, for the whole run (after
 	// a warm-up), each from the Fault* constants. Empty or FaultNone: none.
@@ -65,16 +67,19 @@ func (e badConfig) Error() string   { return e.err.Error() }
 func (e badConfig) Unwrap() []error { return []error{ErrBadConfig, e.err} }
 
 // Kinds lists the backends Spawn can start.
-var Kinds = []string{"sqlite", "redis", "redlock", "etcd", "zk", "postgres", "mysql"}
+var Kinds = []string{"sqlite", "redis", "redlock", "etcd", "zk", "postgres", "mysql", "redis-sentinel"}
 
 // Faults lists every fault name, FaultNone first.
 var Faults = []string{FaultNone, FaultPauseHolder, FaultKillHolder, FaultPartition, FaultLatency,
-	FaultRestartServer, FaultRestartWiped, FaultPauseServer, FaultKillLeader, FaultClockJump, FaultKillSession}
+	FaultRestartServer, FaultRestartWiped, FaultPauseServer, FaultKillLeader, FaultClockJump, FaultKillSession,
+	FaultFailoverMaster}
 
-// sqlModes are the lock modes of the SQL backends, the default first.
+// sqlModes are the lock modes of the SQL backends, the default first, and
+// the replication modes of redis-sentinel (see sentinelMode).
 var sqlModes = map[string][]string{
-	"postgres": {"lease", "advisory", "rowlock"},
-	"mysql":    {"lease", "getlock", "rowlock"},
+	"postgres":       {"lease", "advisory", "rowlock"},
+	"mysql":          {"lease", "getlock", "rowlock"},
+	"redis-sentinel": {"wait", "async"},
 }
 
 // Applies reports whether fault can be injected into a run on backend,
@@ -87,6 +92,9 @@ func Applies(backend, fault string, spawned bool) error {
 		return fmt.Errorf("unknown fault %q (known: %s)", fault, strings.Join(Faults, ", "))
 	}
 	network := kind != "sqlite" && kind != "checkbroken" && kind != "mem"
+	if err := sentinelApplies(kind, fault); err != nil {
+		return err
+	}
 	switch fault {
 	case FaultNone, FaultPauseHolder, FaultKillHolder:
 		return nil
@@ -110,6 +118,8 @@ func Applies(backend, fault string, spawned bool) error {
 		ok, why = kind == "etcd" || kind == "zk", "only etcd and ZooKeeper have a leader (the checker starts 3 members)"
 	case FaultClockJump:
 		ok, why = kind == "redis" || kind == "redlock" || kind == "postgres" || kind == "mysql", "its server cannot run under libfaketime here"
+	case FaultFailoverMaster:
+		ok, why = kind == "redis-sentinel", "only redis-sentinel has a master that Sentinel replaces"
 	case FaultKillSession:
 		ok = (kind == "postgres" && (mode == "advisory" || mode == "rowlock")) || (kind == "mysql" && (mode == "getlock" || mode == "rowlock"))
 		why = "only the SQL session modes (postgres advisory/rowlock, mysql getlock/rowlock) hold a session"
@@ -237,6 +247,9 @@ func (c *Config) backendKind() string {
 		return c.Spawn
 	}
 	k := c.kind()
+	if k == "redis-sentinel" {
+		return k + "/" + sentinelMode(c.URL)
+	}
 	if sqlModes[k] != nil {
 		mode := sqlModes[k][0]
 		if u, err := url.Parse(c.URL); err == nil && u.Query().Get("mode") != "" {

@@ -42,7 +42,7 @@ func (r *runner) injectFaults(ctx context.Context) {
 func (r *runner) faultSpan(f string) time.Duration {
 	ttl := r.cfg.TTL
 	switch f {
-	case FaultRestartServer, FaultRestartWiped, FaultKillLeader:
+	case FaultRestartServer, FaultRestartWiped, FaultKillLeader, FaultFailoverMaster:
 		return ttl + 2*time.Second
 	default:
 		return r.faultHold() + ttl/2
@@ -229,6 +229,8 @@ func (r *runner) serverFault(ctx context.Context, f string) {
 		r.mark(KindFaultEnd, f, target, errText(ferr))
 	case FaultKillSession:
 		r.killSession(ctx)
+	case FaultFailoverMaster:
+		r.failoverMaster(ctx)
 	}
 }
 

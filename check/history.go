@@ -135,4 +135,9 @@ const (
 	// FaultKillSession kills the holder's SQL session on the server
 	// (pg_terminate_backend, KILL).
 	FaultKillSession = "kill-session"
+	// FaultFailoverMaster kills the master of a Sentinel-managed Redis
+	// (redis-sentinel) while its replicas lag (stopped, the replication
+	// stream filled), so that its last grants reach no replica, and lets
+	// Sentinel promote a replica; the old master rejoins as a replica.
+	FaultFailoverMaster = "failover-master"
 )

@@ -41,6 +41,8 @@ var matrix = []matrixBackend{
 	{backend: "sqlite", cells: cells(FaultNone, FaultPauseHolder, FaultKillHolder)},
 	{backend: "redis", cells: append(cells(clientSide...), append(cells(FaultRestartServer, FaultPauseServer, FaultClockJump),
 		matrixCell{fault: FaultRestartWiped, mustAdmit: true})...)},
+	{backend: "redis-sentinel/wait", cells: cells(FaultFailoverMaster)},
+	{backend: "redis-sentinel/async", cells: []matrixCell{{fault: FaultFailoverMaster, mustAdmit: true}}},
 	{backend: "redlock", cells: cells(append(clientSide, FaultRestartServer, FaultRestartWiped, FaultPauseServer, FaultClockJump)...)},
 	{backend: "etcd", ttl: 2 * time.Second, cells: cells(append(clientSide, FaultRestartServer, FaultPauseServer)...)},
 	{backend: "etcd", name: "etcd-3", ttl: 2 * time.Second, cells: cells(FaultKillLeader)},

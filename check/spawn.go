@@ -22,7 +22,8 @@ type Servers struct {
 	url        string // the URL workers use, mode and TTL parameters included
 	members    []*testserver.Server
 	cluster    *testserver.Cluster
-	dir        string // sqlite: the directory of the file
+	sentinel   *testserver.SentinelSet // redis-sentinel
+	dir        string                  // sqlite: the directory of the file
 	faketime   bool
 }
 
@@ -80,6 +81,8 @@ func StartServers(backend string, faults []string, ttl time.Duration) (*Servers,
 			}
 			s.url = s.cluster.URL() + "?" + param + "=" + c.TTL.String()
 		}
+	case "redis-sentinel":
+		err = s.startSentinel(c.TTL)
 	case "postgres", "mysql":
 		var m *testserver.Server
 		if kind == "postgres" {
@@ -113,7 +116,9 @@ func (s *Servers) Backend() string {
 
 // Stop stops every server and removes their files. It is idempotent.
 func (s *Servers) Stop() {
-	if s.cluster != nil {
+	if s.sentinel != nil {
+		s.sentinel.Stop()
+	} else if s.cluster != nil {
 		s.cluster.Stop()
 	} else {
 		for _, m := range s.members {

@@ -24,8 +24,9 @@ history against dlock's guarantees (docs/checker.md).
 
 The backend is --url URL (any dlock URL), or --spawn KIND to let the checker
 start its own servers on loopback: ` + strings.Join(check.Kinds, ", ") + `, with the
-SQL mode after a slash (postgres/advisory, mysql/getlock, …). Server-side
-faults need --spawn.
+SQL mode after a slash (postgres/advisory, mysql/getlock, …), and
+redis-sentinel/wait (min_replicas=1, the default) or redis-sentinel/async.
+Server-side faults need --spawn.
 
 Faults (--fault, repeatable or comma-separated; injected in turn, over and
 over, after a warm-up):
@@ -39,6 +40,8 @@ over, after a warm-up):
   kill-leader     kill and restart the leader of 3 etcd/ZooKeeper members
   clock-jump      move a server's clock forward by 5×TTL (--spawn)
   kill-session    kill the holder's SQL session (--spawn, session modes)
+  failover-master kill a Sentinel-managed master while its replicas lag,
+                  so Sentinel promotes one (--spawn redis-sentinel)
 
 The summary table lists each violation class with its count and evidence;
 violations docs/backends.md admits for the fault (a Redis restarted without

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	_ "github.com/dlock/dlock/etcdlock"
@@ -97,7 +96,7 @@ func (e *env) getenv(key string) string {
 func (e *env) warnf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if e.logJSON {
-		e.logger().Warn(strings.TrimPrefix(msg, "dlock: "))
+		e.logger().Warn(msg)
 		return
 	}
 	fmt.Fprintln(e.stderr, e.scrub(msg))
@@ -108,7 +107,7 @@ func (e *env) warnf(format string, args ...any) {
 func (e *env) errorf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if e.logJSON {
-		e.logger().Error(strings.TrimPrefix(msg, "dlock: "))
+		e.logger().Error(msg)
 		return
 	}
 	fmt.Fprintln(e.stderr, e.scrub(msg))

@@ -115,7 +115,7 @@ func TestLogFormat(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, te.stderr.String())
 	}
 	recs := jsonRecords(t, te.stderr.String())
-	if len(recs) != 1 || recs[0]["level"] != "ERROR" || !strings.Contains(recs[0]["msg"].(string), `lock "held" is held`) || strings.HasPrefix(recs[0]["msg"].(string), "dlock: ") {
+	if len(recs) != 1 || recs[0]["level"] != "ERROR" || !strings.HasPrefix(recs[0]["msg"].(string), `dlock: lock "held" is held`) {
 		t.Errorf("records %v", recs)
 	}
 

@@ -434,7 +434,7 @@ func holderAttrs(li dlock.LockInfo, found bool) []any {
 	}
 	attrs = append(attrs, "token", li.Token)
 	if li.ExpiresIn >= 0 {
-		return append(attrs, "expires_in", li.ExpiresIn)
+		return append(attrs, "expires_in", roundDuration(li.ExpiresIn))
 	}
 	return append(attrs, "expires_in", "unknown")
 }

@@ -186,7 +186,9 @@ func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error 
 // Cluster hash slots (on a cluster, different names almost always are:
 // each name is its own hash tag), or several names on a redis.Ring, cannot
 // be taken by one script: the error then wraps driver.ErrUnsupported, with
-// nothing taken. After Close has begun it fails with an error wrapping
+// nothing taken. With Options.MinReplicas, grants fewer replicas
+// acknowledged in time are all released and the error wraps
+// ErrNotReplicated. After Close has begun it fails with an error wrapping
 // dlock.ErrClosed.
 func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.Grant, error) {
 	if len(reqs) == 0 {

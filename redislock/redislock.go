@@ -1,12 +1,13 @@
 // Package redislock is the dlock driver for one Redis server (or a Redis
 // Cluster, or a Sentinel-managed primary) over go-redis v9.
 //
-// Import it for its side effect to make the redis:// and rediss:// URL
-// schemes available to dlock.Open:
+// Import it for its side effect to make the redis://, rediss:// and
+// redis-sentinel:// URL schemes available to dlock.Open:
 //
 //	import _ "github.com/dlock/dlock/redislock"
 //
 //	client, err := dlock.Open(ctx, "redis://:secret@localhost:6379/0")
+//	client, err := dlock.Open(ctx, "redis-sentinel://s1:26379,s2:26379,s3:26379/0?master_name=locks&password=secret&min_replicas=1")
 //
 // or construct a driver over a go-redis client you already have with New.
 //
@@ -54,9 +55,19 @@
 // (Sentinel, Cluster) a grant acknowledged by a primary can be lost when the
 // primary fails before the replica has it, because Redis replicates
 // asynchronously; a second holder is then possible. Fencing tokens are
-// stored the same way and share that limit. Use the redlock driver, or a
-// consensus backend (etcd, ZooKeeper), if failover must not break
-// exclusion.
+// stored the same way and share that limit.
+//
+// Options.MinReplicas (min_replicas=N) narrows that: every grant is followed,
+// on the same connection, by WAIT N, and a grant fewer replicas
+// acknowledged within Options.ReplicaTimeout is released and fails with
+// ErrNotReplicated, so the caller never holds a lock (or a token) that
+// only the master has; renewals not acknowledged are not confirmed. A
+// failover to a replica that acknowledged keeps every lock and fencing
+// counter. WAIT is not consensus: a failover to a replica that did not
+// acknowledge (Sentinel promotes the most up-to-date replica it can reach,
+// which need not be one that did) still loses grants. Use the redlock
+// driver, or a consensus backend (etcd, ZooKeeper), if failover must never
+// break exclusion.
 package redislock
 
 import (
@@ -193,6 +204,9 @@ var errClosed = fmt.Errorf("redislock: %w", dlock.ErrClosed)
 // owner: it is never overwritten, and the refusal's RetryAfter is that key's
 // PTTL, or zero (unknown) when it has no expiry and is held until somebody
 // deletes it.
+//
+// With Options.MinReplicas, a grant fewer replicas acknowledged in time is
+// released and reported as an error wrapping ErrNotReplicated.
 //
 // After Close has begun it fails with an error wrapping dlock.ErrClosed; a
 // grant that completes while Close runs is not returned but released by
@@ -364,7 +378,10 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 }
 
 // Renew extends every lease in one round trip (see the package doc). A
-// key dlock did not write is not held. After Close has begun it fails with
+// key dlock did not write is not held. With Options.MinReplicas the
+// renewals are followed by one WAIT on the same connection, and when fewer
+// replicas acknowledged them in time each renewed lease's error wraps
+// ErrNotReplicated: not confirmed. After Close has begun it fails with
 // an error wrapping dlock.ErrClosed.
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
 	if !d.gate.Enter() {
@@ -516,7 +533,8 @@ func (d *Driver) kill() {
 // (the mutex's, the read/write lock's shared one, or the semaphore's) to
 // atLeast if it is lower, in one script call, and never touches a holder's
 // grant. A key dlock did not write at the counter is left alone and the
-// call fails. After Close has begun it fails with an error wrapping
+// call fails. With Options.MinReplicas it fails (wrapping ErrNotReplicated)
+// when fewer replicas acknowledged the raise in time. After Close has begun it fails with an error wrapping
 // dlock.ErrClosed.
 func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atLeast uint64) error {
 	if err := redisscript.CheckKind(k); err != nil {

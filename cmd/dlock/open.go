@@ -134,22 +134,39 @@ type opened struct {
 	ttl time.Duration
 }
 
-// openBackend opens raw as dlock.Open does, with the library's log records
-// going to e's logger (renewal failures, retried attempts), and with
-// connect as the bound on opening it and on the driver's own connection
-// attempts where the driver has a setting for them (connectParams). connect
-// 0 leaves each driver's default, and Open unbounded but for ctx.
-func openBackend(ctx context.Context, e *env, raw string, connect time.Duration) (*opened, error) {
-	d, o, err := openDriver(ctx, e, raw, connect)
+// openBackend opens raw with dlock.OpenWith, the library's log records
+// going to e's logger (renewal failures, retried attempts) and its events to
+// hooks (nil: none), with connect as the bound on opening it and on the
+// driver's own connection attempts where the driver has a setting for them
+// (connectParams). connect 0 leaves each driver's default, and Open
+// unbounded but for ctx.
+func openBackend(ctx context.Context, e *env, raw string, connect time.Duration, hooks dlock.Hooks) (*opened, error) {
+	// The Client's TTL, for DLOCK_TTL: the URL's ttl, else the default.
+	_, o, err := splitClientParams(raw)
 	if err != nil {
 		return nil, err
 	}
-	o.Logger = e.clientLogger()
+	if connect > 0 {
+		raw = withConnectTimeout(raw, connect)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, connect)
+		defer cancel()
+	}
+	start := time.Now()
+	c, err := dlock.OpenWith(ctx, raw, &dlock.Options{Logger: e.clientLogger(), Hooks: hooks})
+	if err != nil {
+		code := classify(err)
+		// Our deadline, or the driver's own timeout that we set.
+		if code == exitUnavailable && connect > 0 && (ctx.Err() != nil || time.Since(start) >= connect*9/10) {
+			return nil, exitf(exitUnavailable, "%s (no connection within --connect-timeout %v)", trimDlock(err), connect)
+		}
+		return nil, &exitError{code: code, err: err}
+	}
 	ttl := o.TTL
-	if ttl == 0 {
+	if ttl <= 0 {
 		ttl = dlock.DefaultTTL
 	}
-	return &opened{client: dlock.New(d, &o), ttl: ttl}, nil
+	return &opened{client: c, ttl: ttl}, nil
 }
 
 // openDriver opens raw's driver alone, as openBackend does, and returns

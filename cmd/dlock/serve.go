@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/dlockprom"
 	"github.com/dlock/dlock/internal/openurl"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -79,6 +80,7 @@ func newServeCmd(e *env) *cobra.Command {
 		},
 	}
 	f.url.register(cmd, defaultURLHelp)
+	f.url.registerConnect(cmd)
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:9090", "address to serve HTTP on (host:port; port 0 picks a free one)")
 	fl.StringVar(&f.prefix, "prefix", "", "show only locks whose names start with this")
@@ -95,12 +97,15 @@ func (f *serveFlags) run(e *env) error {
 	sigs, stopSigs := e.notify()
 	defer stopSigs()
 
+	// The process's own library metrics, beside the per-lock ones.
+	metrics := dlockprom.New(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), statusTimeout)
-	client, err := dlock.Open(ctx, raw)
+	op, err := f.url.openHooked(ctx, e, raw, metrics)
 	cancel()
 	if err != nil {
-		return &exitError{code: classify(err), err: err}
+		return err
 	}
+	client := op.client
 	defer client.Close()
 	// A backend that cannot list its locks has nothing to serve.
 	ctx, cancel = context.WithTimeout(context.Background(), inspectTimeout)
@@ -117,7 +122,7 @@ func (f *serveFlags) run(e *env) error {
 	if err != nil {
 		return usageErr(fmt.Errorf("serve: --listen %s: %v", f.listen, err))
 	}
-	s := newLockServer(client, shownURL(raw), f.prefix, f.interval)
+	s := newLockServer(client, shownURL(raw), f.prefix, f.interval, metrics)
 	defer s.stop()
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
@@ -188,8 +193,9 @@ type lockServer struct {
 }
 
 // newLockServer starts the poller that refreshes the page's snapshot every
-// interval; stop ends it.
-func newLockServer(c *dlock.Client, backend, prefix string, interval time.Duration) *lockServer {
+// interval; stop ends it. extra are more collectors for /metrics (the
+// Client's dlockprom metrics).
+func newLockServer(c *dlock.Client, backend, prefix string, interval time.Duration, extra ...prometheus.Collector) *lockServer {
 	s := &lockServer{
 		client: c, backend: backend, prefix: prefix, interval: interval,
 		reg:  prometheus.NewRegistry(),
@@ -202,6 +208,7 @@ func newLockServer(c *dlock.Client, backend, prefix string, interval time.Durati
 		newLockCollector(c, prefix),
 		buildInfoCollector(),
 	)
+	s.reg.MustRegister(extra...)
 	s.wg.Add(1)
 	go s.poll()
 	return s

@@ -54,10 +54,15 @@ func (u *urlFlags) registerConnect(cmd *cobra.Command) {
 
 // open opens the backend raw names with the --connect-timeout bound.
 func (u *urlFlags) open(ctx context.Context, e *env, raw string) (*opened, error) {
+	return u.openHooked(ctx, e, raw, nil)
+}
+
+// openHooked is open with the library's Hooks (nil: none).
+func (u *urlFlags) openHooked(ctx context.Context, e *env, raw string, hooks dlock.Hooks) (*opened, error) {
 	if u.connect < 0 {
 		return nil, usageErr(fmt.Errorf("--connect-timeout must not be negative, got %v", u.connect))
 	}
-	return openBackend(ctx, e, raw, u.connect)
+	return openBackend(ctx, e, raw, u.connect, hooks)
 }
 
 // fromFlags returns the URL the flags give, "" if neither is set. cmdName

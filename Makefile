@@ -29,20 +29,25 @@ deps:
 
 # The tests run only once the code is formatted, vetted, staticcheck-clean
 # and go.mod is tidy: CI runs `make test`, so these gates guard every landing.
+# interop/ is a module of its own (foreign lock clients never become the
+# library's dependencies): its tests run after the main module's.
 test: deps lint tidy-check
 	@$(GO) test -race -timeout $(TIMEOUT) -json $(TESTFLAGS) $(PKGS) | $(GO) run ./scripts/testreport -allow '$(CI_ALLOWED_SKIPS)'
+	@cd interop && $(GO) test -race -timeout $(TIMEOUT) -json $(TESTFLAGS) ./... | $(GO) run ../scripts/testreport -allow '$(CI_ALLOWED_SKIPS)'
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@$(GO) vet $(PKGS)
 	@$(GO) run $(STATICCHECK) $(PKGS)
 	@cd bench/peers && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	@cd interop && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	@echo "lint: gofmt, go vet and staticcheck clean"
 
 # tidy-check fails when go.mod or go.sum is not what `go mod tidy` would write.
 tidy-check:
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum not tidy: run 'go mod tidy'"; $(GO) mod tidy -diff; exit 1; }
 	@cd bench/peers && { $(GO) mod tidy -diff >/dev/null || { echo "bench/peers: go.mod/go.sum not tidy: run 'go mod tidy' there"; $(GO) mod tidy -diff; exit 1; }; }
+	@cd interop && { $(GO) mod tidy -diff >/dev/null || { echo "interop: go.mod/go.sum not tidy: run 'go mod tidy' there"; $(GO) mod tidy -diff; exit 1; }; }
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout $(TIMEOUT) $(PKGS)

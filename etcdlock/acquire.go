@@ -150,6 +150,20 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 		return d.grant(prev, 1, sent), nil
 	}
 	first := len(head) == 0 || head[0].CreateRevision == rev
+	if !first && !inQueue(pfx, head[0].Key) {
+		// The oldest key is a nested name's ("a/b" under "a/"): look
+		// past those.
+		pred, own, err := d.scanQueue(ctx, pfx, h)
+		switch {
+		case err != nil:
+			d.discard(h, rev)
+			return driver.Grant{}, ctxerr.Wrap(ctx, "etcdlock: enqueue", err)
+		case !own:
+			d.discard(h, rev)
+			return driver.Grant{}, fmt.Errorf("etcdlock: queue key %q was deleted as it was put: %w", h.key, driver.ErrSessionLost)
+		}
+		first = pred == nil
+	}
 	if !first || blocked(resp.Responses[2].GetResponseRange().Kvs, h.key) {
 		if !wait {
 			d.discard(h, rev)
@@ -196,6 +210,20 @@ func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx, guard string) (ti
 		}
 		prev := resp.Responses[1].GetResponseRange().Kvs
 		g := resp.Responses[2].GetResponseRange().Kvs
+		if len(prev) > 0 && !inQueue(pfx, prev[0].Key) {
+			// A nested name's key ("a/b" under "a/"): look past those.
+			pred, own, err := d.scanQueue(ctx, pfx, h)
+			switch {
+			case err != nil:
+				return sent, ctxerr.Wrap(ctx, "etcdlock: wait", err)
+			case !own:
+				continue // the read above says why
+			}
+			prev = prev[:0]
+			if pred != nil {
+				prev = append(prev, pred)
+			}
+		}
 		var next *mvccpb.KeyValue
 		switch {
 		case len(prev) > 0:
@@ -209,6 +237,28 @@ func (d *Driver) waitTurn(ctx context.Context, h *handle, pfx, guard string) (ti
 			return sent, err
 		}
 	}
+}
+
+// scanQueue reads every key under pfx, h's queue prefix, and returns the
+// queue key just before h's (nil when h's is first) and whether h's key is
+// still there. Only a queue whose prefix also holds keys of nested names
+// needs it: the common case reads the one key it needs in the acquire's or
+// wait's transaction.
+func (d *Driver) scanQueue(ctx context.Context, pfx string, h *handle) (pred *mvccpb.KeyValue, own bool, err error) {
+	resp, err := d.cli.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return nil, false, err
+	}
+	for _, kv := range resp.Kvs {
+		switch {
+		case string(kv.Key) == h.key:
+			return pred, kv.CreateRevision == h.rev, nil
+		case inQueue(pfx, kv.Key):
+			pred = kv
+		}
+	}
+	return nil, false, nil
 }
 
 // waitDelete waits until the key created at revision createRev is gone.

@@ -37,7 +37,7 @@ import (
 // characters, so it can collide with no queue key of another name, and it
 // sorts outside the name's queue prefix.
 func (d *Driver) guardKey(name string) string {
-	return d.prefix + escapeName(name) + "\x00delay"
+	return d.prefix + name + "\x00delay"
 }
 
 // blocked reports whether a guard of another holder than key exists.

@@ -26,9 +26,12 @@
 //
 // With an empty prefix this is the layout of etcd's own concurrency.Mutex and
 // of `etcdctl lock`: a dlock lock on name X and concurrency.NewMutex(s, "X")
-// exclude each other. Names containing '/' or '%' have those bytes escaped
-// (%2F, %25) so that the lock "a" never sees the keys of the lock "a/b"; a
-// foreign client must use the escaped form to share such a name.
+// or `etcdctl lock X` exclude each other, for every name, those with '/'
+// included (the name is the key verbatim). The queue prefix of "a" also
+// holds the keys of "a/b"; dlock skips keys with a '/' or NUL after the
+// prefix (see inQueue), so the lock "a" never waits for "a/b". etcd's
+// concurrency.Mutex does not skip them: its "a" waits while "a/b" is held,
+// dlock's or its own.
 //
 // # Sessions, TTL and loss
 //
@@ -120,10 +123,10 @@
 package etcdlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,17 +252,21 @@ func newDriver(cli *clientv3.Client, owns bool, opts *Options) (*Driver, error) 
 	}, nil
 }
 
-// escapeName maps a lock name onto one path segment of the key space.
-func escapeName(name string) string {
-	if !strings.ContainsAny(name, "%/") {
-		return name
-	}
-	return strings.NewReplacer("%", "%25", "/", "%2F").Replace(name)
+// queuePrefix is the key prefix under which name's queue lives: the name
+// verbatim, as etcd's concurrency.Mutex and `etcdctl lock` key it, so a
+// name with '/' is shared with them too. The prefix of a name "a" also
+// holds the keys of the names nested below it ("a/b", "a/b/c"): see
+// inQueue.
+func (d *Driver) queuePrefix(name string) string {
+	return d.prefix + name + "/"
 }
 
-// queuePrefix is the key prefix under which name's queue lives.
-func (d *Driver) queuePrefix(name string) string {
-	return d.prefix + escapeName(name) + "/"
+// inQueue reports whether key, found under the queue prefix pfx, is a key
+// of that queue: one whose rest after pfx holds no '/' (a nested name's
+// queue key) and no NUL (a nested name's guard or read/write lock or
+// semaphore key). Queue keys end in a lease ID in hex (and dlock's slot).
+func inQueue(pfx string, key []byte) bool {
+	return len(key) > len(pfx) && !bytes.ContainsAny(key[len(pfx):], "/\x00")
 }
 
 // slotKey is the queue key of slot n of name under lease id.

@@ -56,6 +56,9 @@ func keys(t testing.TB, cli *clientv3.Client, prefix string) []string {
 	}
 	var ks []string
 	for _, kv := range resp.Kvs {
+		if strings.HasSuffix(prefix, "/") && !inQueue(prefix, kv.Key) {
+			continue // a nested name's key
+		}
 		ks = append(ks, string(kv.Key))
 	}
 	return ks
@@ -278,74 +281,265 @@ func TestInspect(t *testing.T) {
 	queuetest.Inspect(t, backend(t), "insp/%y")
 }
 
-// TestInteropWithEtcdctl runs the real `etcdctl lock` against dlock on the
-// same name.
-func TestInteropWithEtcdctl(t *testing.T) {
+// etcdctlCmd returns a command running the real etcdctl against the shared
+// server.
+func etcdctlCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
 	bin, err := exec.LookPath("etcdctl")
 	if err != nil {
-		t.Skip("etcdctl not installed")
+		t.Fatalf("etcdctl is not installed (Debian: etcd-client; `make deps` installs it): %v", err)
 	}
-	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
-	ctx := queuetest.Ctx(t, 60*time.Second)
-	etcdctl := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(bin, append([]string{"--endpoints=" + strings.Join(shared.Endpoints(), ",")}, args...)...)
-		cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
-		return cmd
-	}
+	cmd := exec.Command(bin, append([]string{"--endpoints=" + strings.Join(shared.Endpoints(), ",")}, args...)...)
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	return cmd
+}
 
-	// etcdctl holds (it prints its key, then waits for a signal).
-	holder := etcdctl("lock", "ctl")
+// etcdctlHold starts `etcdctl lock [--ttl N] NAME` and waits until it holds
+// the lock (it prints its key, then waits for a signal).
+func etcdctlHold(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	holder := etcdctlCmd(t, append(append([]string{"lock"}, args...), name)...)
 	out, _ := holder.StdoutPipe()
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Process.Kill()
+	t.Cleanup(func() {
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+	})
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "ctl/") {
-		t.Fatalf("etcdctl lock said %q, %v", line, err)
+	if err != nil || !strings.HasPrefix(line, name+"/") {
+		t.Fatalf("etcdctl lock %s said %q, %v", name, line, err)
 	}
-	if _, err := d.TryAcquire(ctx, queuetest.Req("ctl", "A")); !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("dlock TryAcquire while etcdctl holds: %v, want ErrLocked", err)
-	}
-	holder.Process.Signal(os.Interrupt) // etcdctl revokes its session
-	holder.Wait()
-	g, err := d.Acquire(ctx, queuetest.Req("ctl", "A"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	return holder
+}
 
-	// dlock holds: `etcdctl lock ctl echo` runs its command only after the
-	// release.
-	var ran atomic.Bool
-	waiter := etcdctl("lock", "ctl", "echo", "ran")
+// etcdctlWaiter starts `etcdctl lock NAME echo ran`: it prints "ran" once it
+// holds the lock. ran reports whether it did so far; lines delivers it.
+func etcdctlWaiter(t *testing.T, name string) (ran *atomic.Bool, lines <-chan string) {
+	t.Helper()
+	waiter := etcdctlCmd(t, "lock", name, "echo", "ran")
 	wout, _ := waiter.StdoutPipe()
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer waiter.Process.Kill()
-	lines := make(chan string, 4)
+	t.Cleanup(func() {
+		_ = waiter.Process.Kill()
+		_ = waiter.Wait()
+	})
+	ran = new(atomic.Bool)
+	ch := make(chan string, 4)
 	go func() {
 		sc := bufio.NewScanner(wout)
 		for sc.Scan() {
 			ran.Store(true)
-			lines <- sc.Text()
+			ch <- sc.Text()
 		}
-		close(lines)
+		close(ch)
 	}()
-	queuetest.Eventually(t, 10*time.Second, "etcdctl queued", func() bool { return len(keys(t, d.cli, "ctl/")) == 2 })
-	if ran.Load() {
-		t.Fatal("etcdctl ran its command while dlock holds the lock")
-	}
-	if _, err := d.Release(ctx, queuetest.Lease("ctl", "A", g)); err != nil {
-		t.Fatal(err)
-	}
+	return ran, ch
+}
+
+// expectRan waits for an etcdctlWaiter's "ran" and returns when it came.
+func expectRan(t *testing.T, lines <-chan string, within time.Duration) time.Time {
+	t.Helper()
 	select {
 	case l := <-lines:
 		if l != "ran" {
 			t.Fatalf("etcdctl printed %q", l)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("etcdctl did not get the lock after dlock released it")
+		return time.Now()
+	case <-time.After(within):
+		t.Fatalf("etcdctl did not get the lock within %v", within)
 	}
-	waiter.Wait()
+	panic("unreachable")
+}
+
+// handOver bounds how long a waiter may take to get a lock its holder in
+// another client released: a watch fires at once, so this is generous.
+const handOver = time.Second
+
+func checkHandOver(t *testing.T, what string, released, granted time.Time) {
+	t.Helper()
+	took := granted.Sub(released)
+	t.Logf("hand-over %s: %v", what, took.Round(time.Millisecond))
+	if took > handOver {
+		t.Fatalf("hand-over %s took %v, want at most %v", what, took, handOver)
+	}
+}
+
+// TestInteropWithEtcdctl runs the real `etcdctl lock` against dlock on the
+// same name, with and without '/' in it: each excludes the other, and a
+// waiter in either gets the lock within a second of the other's release.
+// dlock's lock on a name's parent ("deploy" beside "deploy/prod") is not
+// held back by the nested name's keys under its prefix.
+func TestInteropWithEtcdctl(t *testing.T) {
+	for _, tc := range []struct{ name, parent string }{{"ctl", ""}, {"deploy/prod", "deploy"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+			ctx := queuetest.Ctx(t, 60*time.Second)
+
+			// etcdctl holds: dlock is refused, queues, and gets the lock
+			// when etcdctl lets go.
+			holder := etcdctlHold(t, tc.name)
+			if _, err := d.TryAcquire(ctx, queuetest.Req(tc.name, "A")); !errors.Is(err, driver.ErrLocked) {
+				t.Fatalf("dlock TryAcquire while etcdctl holds: %v, want ErrLocked", err)
+			}
+			if tc.parent != "" {
+				pg, err := d.TryAcquire(ctx, queuetest.Req(tc.parent, "A"))
+				if err != nil {
+					t.Fatalf("dlock TryAcquire of %q while etcdctl holds %q: %v", tc.parent, tc.name, err)
+				}
+				if _, err := d.Release(ctx, queuetest.Lease(tc.parent, "A", pg)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			infos, err := d.Inspect(ctx, tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(infos) != 1 || infos[0].Name != tc.name || infos[0].Token == 0 {
+				t.Fatalf("Inspect while etcdctl holds: %+v, want %q held", infos, tc.name)
+			}
+			got := make(chan time.Time, 1)
+			var g driver.Grant
+			go func() {
+				var err error
+				g, err = d.Acquire(ctx, queuetest.Req(tc.name, "A"))
+				if err != nil {
+					t.Error(err)
+				}
+				got <- time.Now()
+			}()
+			queuetest.Eventually(t, 10*time.Second, "dlock queued", func() bool { return len(keys(t, d.cli, tc.name+"/")) == 2 })
+			released := time.Now()
+			holder.Process.Signal(os.Interrupt) // etcdctl revokes its session
+			holder.Wait()
+			checkHandOver(t, "etcdctl → dlock", released, <-got)
+
+			// dlock holds: `etcdctl lock NAME echo ran` runs its command
+			// only after the release.
+			ran, lines := etcdctlWaiter(t, tc.name)
+			queuetest.Eventually(t, 10*time.Second, "etcdctl queued", func() bool { return len(keys(t, d.cli, tc.name+"/")) == 2 })
+			if ran.Load() {
+				t.Fatal("etcdctl ran its command while dlock holds the lock")
+			}
+			released = time.Now()
+			if _, err := d.Release(ctx, queuetest.Lease(tc.name, "A", g)); err != nil {
+				t.Fatal(err)
+			}
+			checkHandOver(t, "dlock → etcdctl", released, expectRan(t, lines, 10*time.Second))
+		})
+	}
+}
+
+// TestEtcdctlCrash: a crashed holder's lock is freed by its own expiry rules
+// both ways. An etcdctl killed while it holds loses the lock when its
+// session's lease (--ttl) expires; a dlock holder killed (no release, no
+// revoke) loses it when its lease does; each goes to the other's waiter.
+func TestEtcdctlCrash(t *testing.T) {
+	const name = "crash/ctl"
+	d := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := queuetest.Ctx(t, 60*time.Second)
+
+	holder := etcdctlHold(t, name, "--ttl=2")
+	ch := make(chan driver.Grant, 1)
+	go func() {
+		g, err := d.Acquire(ctx, queuetest.Req(name, "A"))
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- g
+	}()
+	queuetest.Eventually(t, 10*time.Second, "dlock queued", func() bool { return len(keys(t, d.cli, name+"/")) == 2 })
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	var g driver.Grant
+	select {
+	case g = <-ch:
+		t.Logf("killed etcdctl's lock went to dlock after %v", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("dlock did not get the lock of a killed etcdctl")
+	}
+	if _, err := d.Release(ctx, queuetest.Lease(name, "A", g)); err != nil {
+		t.Fatal(err)
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: shared.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashing, err := New(cli, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crashing.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "B", TTL: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ran, lines := etcdctlWaiter(t, name)
+	queuetest.Eventually(t, 10*time.Second, "etcdctl queued", func() bool { return len(keys(t, d.cli, name+"/")) == 2 })
+	crashing.stop() // no more keepalives, no revoke
+	cli.Close()
+	killed = time.Now()
+	if ran.Load() {
+		t.Fatal("etcdctl ran its command while dlock holds the lock")
+	}
+	expectRan(t, lines, 20*time.Second)
+	t.Logf("killed dlock's lock went to etcdctl after %v", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestNestedNames: names are keys verbatim, so the queue prefix of "n/a"
+// also holds the keys of "n/a/b" and "n/a/c"; they neither hold "n/a" nor
+// count as a waiter's predecessor, before or after its own key.
+func TestNestedNames(t *testing.T) {
+	a := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	b := newTestDriver(t, newClient(t, shared.Endpoints()), nil)
+	ctx := queuetest.Ctx(t, 30*time.Second)
+	if _, err := a.TryAcquire(ctx, queuetest.Req("n/a/b", "X")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, driver.AcquireRequest{Name: "n/a/b/c", Owner: "X", TTL: time.Second, LockDelay: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ga, err := a.TryAcquire(ctx, queuetest.Req("n/a", "A"))
+	if err != nil {
+		t.Fatalf("TryAcquire of n/a while n/a/b is held: %v", err)
+	}
+	if _, err := a.TryAcquire(ctx, queuetest.Req("n/a/c", "Y")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, queuetest.Req("n/a", "B")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("TryAcquire of a held n/a: %v, want ErrLocked", err)
+	}
+	got := make(chan driver.Grant, 1)
+	go func() {
+		g, err := b.Acquire(ctx, queuetest.Req("n/a", "B"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- g
+	}()
+	queuetest.Eventually(t, 10*time.Second, "B queued", func() bool { return len(keys(t, a.cli, "n/a/")) == 2 })
+	if _, err := a.Release(ctx, queuetest.Lease("n/a", "A", ga)); err != nil {
+		t.Fatal(err)
+	}
+	var gb driver.Grant
+	select {
+	case gb = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("B not granted n/a after A's release, with n/a/b and n/a/c held")
+	}
+	if infos, err := a.Inspect(ctx, "n/"); err != nil || len(infos) != 4 {
+		t.Fatalf("Inspect n/ = %+v, %v; want n/a, n/a/b, n/a/b/c and n/a/c", infos, err)
+	}
+	if _, err := b.Release(ctx, queuetest.Lease("n/a", "B", gb)); err != nil {
+		t.Fatal(err)
+	}
+	// Only nested names are held: a multi-acquire's prefix compare fails,
+	// and the set goes one by one.
+	if _, err := b.TryAcquireMulti(ctx, []driver.AcquireRequest{queuetest.Req("n/a", "B"), queuetest.Req("n/z", "B")}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Fatalf("multi-acquire of n/a with only n/a/b held: %v, want ErrUnsupported", err)
+	}
 }

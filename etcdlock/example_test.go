@@ -15,7 +15,8 @@ import (
 )
 
 // Example takes a lock through the application's own etcd client. Its queue
-// keys live under /locks/orders%2F42/ (a '/' in a name is escaped).
+// keys live under /locks/orders/42/, where `etcdctl lock /locks/orders/42`
+// queues too.
 // ETCD_ENDPOINTS lists the cluster's members, such as
 // 10.0.0.1:2379,10.0.0.2:2379 (the package's tests set it to their
 // server's).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -29,7 +28,7 @@ var queueKey = regexp.MustCompile(`^[0-9a-f]{1,16}(-[0-9a-f]{16})?$`)
 // and ExpiresIn -1 (the lock lives as long as the holder's etcd lease).
 // Count is the holder's hold count when this driver holds it, else 1.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	resp, err := d.cli.Get(ctx, d.prefix+escapeName(prefix), clientv3.WithPrefix())
+	resp, err := d.cli.Get(ctx, d.prefix+prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: inspect: %w", err)
 	}
@@ -43,8 +42,8 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	for _, kv := range resp.Kvs {
 		k := strings.TrimPrefix(string(kv.Key), d.prefix)
 		if j := strings.IndexByte(k, 0); j >= 0 {
-			name, ok := unescapeName(k[:j])
-			if !ok || !strings.HasPrefix(name, prefix) {
+			name := k[:j]
+			if !strings.HasPrefix(name, prefix) {
 				continue
 			}
 			switch rest := k[j:]; {
@@ -59,8 +58,8 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		if i < 0 || !queueKey.MatchString(k[i+1:]) {
 			continue
 		}
-		name, ok := unescapeName(k[:i])
-		if !ok || !strings.HasPrefix(name, prefix) {
+		name := k[:i]
+		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
 		q := queues[name]
@@ -154,32 +153,4 @@ func (d *Driver) inspectKind(kq kindQueue, kvs []*mvccpb.KeyValue) driver.LockIn
 	}
 	info.Waiters = len(kvs) - held
 	return info
-}
-
-// unescapeName reverses escapeName; ok is false for a key segment that
-// escapeName cannot have produced.
-func unescapeName(s string) (string, bool) {
-	if !strings.Contains(s, "%") {
-		return s, !strings.Contains(s, "/")
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case '%':
-			if i+2 >= len(s) {
-				return "", false
-			}
-			v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-			if err != nil {
-				return "", false
-			}
-			b.WriteByte(byte(v))
-			i += 2
-		case '/':
-			return "", false
-		default:
-			b.WriteByte(s[i])
-		}
-	}
-	return b.String(), true
 }

@@ -92,7 +92,7 @@ const (
 // the read/write lock share one), and guards the prefix of its holders'
 // lock-delay guards.
 func (d *Driver) kindBase(k driver.Kind, name string) (base, guards string) {
-	n := d.prefix + escapeName(name)
+	n := d.prefix + name
 	if k == driver.Permit {
 		return n + semMark, n + semDelayMark
 	}

@@ -88,7 +88,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 		for _, h := range hs {
 			h.sess.freeSlot(h.slotName, h.slot)
 		}
-		return nil, &driver.LockedError{}
+		return nil, d.multiRefused(ctx, reqs)
 	}
 	gs := make([]driver.Grant, len(hs))
 	for i, h := range hs {
@@ -113,4 +113,32 @@ func (d *Driver) discardGuarded(h *handle) {
 		cancel()
 	}
 	d.discard(h, 0)
+}
+
+// multiRefused says why a multi-acquire's compares failed. Each compare
+// covers a name's whole queue prefix, which also holds the keys of names
+// nested below it ("a/b" under "a/"): when no name has a queue key or a
+// guard of its own, only nested names stood in the way, and the set is
+// refused with ErrUnsupported so that the dlock package takes the names one
+// by one (which skips nested keys). Otherwise it is ErrLocked.
+func (d *Driver) multiRefused(ctx context.Context, reqs []driver.AcquireRequest) error {
+	for _, r := range reqs {
+		pfx := d.queuePrefix(r.Name)
+		resp, err := d.cli.Txn(ctx).Then(
+			clientv3.OpGet(pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(d.guardKey(r.Name), clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			return &driver.LockedError{}
+		}
+		if len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+			return &driver.LockedError{}
+		}
+		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+			if inQueue(pfx, kv.Key) {
+				return &driver.LockedError{}
+			}
+		}
+	}
+	return fmt.Errorf("etcdlock: multi-acquire: a name's queue prefix holds keys of names nested below it: %w", driver.ErrUnsupported)
 }

@@ -50,6 +50,13 @@
 // signal (a crashed process) is polled with backoff bounded by its
 // remaining time (driver.LockedError.RetryAfter), as before.
 //
+// Lock kinds (driver.Kinder): ModeLease has read/write locks and
+// semaphores, kept in <table>_kinds and <table>_holders (see kinds.go); the
+// session modes have only mutexes (GET_LOCK has no shared form) and refuse
+// the others with driver.ErrUnsupported. ModeLease takes several mutexes in
+// one transaction (driver.MultiAcquirer), and every mode can raise a
+// name's fencing counter (driver.FenceRaiser).
+//
 // All methods of Driver are safe for concurrent use.
 package mysqllock
 

@@ -17,6 +17,17 @@
 // several processes serialise on the file's lock. Rows are never deleted, so
 // the fence column never goes back.
 //
+// Read/write locks and semaphores (driver.Kinder) live in two more tables,
+// <table>_kinds (a counter and a permit count per name and kind) and
+// <table>_holders (a row per reader, writer, permit or waiting writer's
+// mark, each with its own token, lease and lock-delay); a grant is one
+// transaction whose first statement locks the _kinds row, and a release
+// deletes the holder's row. Several mutexes are taken in one transaction
+// (driver.MultiAcquirer), and a name's counter can be raised
+// (driver.FenceRaiser; a held mutex keeps its token and the raise waits in
+// its row's fence_floor column). Tables made by older versions are brought
+// up to date in place when opened.
+//
 // # Guarantees
 //
 //   - Mutual exclusion among live holders on one machine: every process that

@@ -95,8 +95,11 @@ type Options struct {
 }
 
 // Driver is a dlock driver on a MySQL or MariaDB *sql.DB. It implements
-// driver.Driver, driver.Notifier and driver.Inspector. New chooses how it holds locks, once:
-// a lease table or a session mode.
+// driver.Driver, driver.Notifier, driver.Inspector, driver.Kinder (every
+// kind in ModeLease, the mutex only in the session modes),
+// driver.Withdrawer, driver.MultiAcquirer (ModeLease) and
+// driver.FenceRaiser. New chooses how it holds locks, once: a lease table
+// or a session mode.
 type Driver struct {
 	*store
 	base  *sqlcommon.Base

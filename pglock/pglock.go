@@ -93,8 +93,10 @@ type Options struct {
 }
 
 // Driver is a dlock driver on a PostgreSQL pool. It implements
-// driver.Driver, driver.Notifier and driver.Inspector. New chooses how it
-// holds locks, once: a lease table or a session mode.
+// driver.Driver, driver.Notifier, driver.Inspector, driver.Kinder (the
+// kinds its mode has), driver.Withdrawer, driver.MultiAcquirer (ModeLease)
+// and driver.FenceRaiser. New chooses how it holds locks, once: a lease
+// table or a session mode.
 type Driver struct {
 	*store
 	base    *sqlcommon.Base

@@ -69,8 +69,9 @@ func (o *Options) resolve() (table string, busy time.Duration, err error) {
 }
 
 // Driver is a dlock driver over one SQLite database. It implements
-// driver.Driver, driver.Inspector and driver.Limiter. It is safe for
-// concurrent use.
+// driver.Driver, driver.Inspector, driver.Limiter, driver.Notifier,
+// driver.Kinder (every kind), driver.Withdrawer, driver.MultiAcquirer and
+// driver.FenceRaiser. It is safe for concurrent use.
 type Driver struct {
 	db    *sql.DB
 	ownDB bool // opened by Open: closed by Close

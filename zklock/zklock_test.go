@@ -3,6 +3,7 @@ package zklock
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -321,9 +322,9 @@ func TestOpenURLWithDigestAuth(t *testing.T) {
 const kazooScript = `
 import sys
 from kazoo.client import KazooClient
-zk = KazooClient(hosts=sys.argv[1])
+zk = KazooClient(hosts=sys.argv[1], timeout=float(sys.argv[4]))
 zk.start(timeout=15)
-lock = zk.Lock(sys.argv[2], "kazoo")
+lock = zk.Lock(sys.argv[2], "kazoo", extra_lock_patterns=sys.argv[5:])
 mode = sys.argv[3]
 if mode == "try":
     got = lock.acquire(blocking=False)
@@ -349,18 +350,23 @@ type kazoo struct {
 
 func startKazoo(t *testing.T, path, mode string) *kazoo {
 	t.Helper()
+	return startKazooSession(t, path, mode, 10*time.Second)
+}
+
+// startKazooSession is startKazoo with kazoo's session timeout and the
+// Lock's extra_lock_patterns.
+func startKazooSession(t *testing.T, path, mode string, session time.Duration, extra ...string) *kazoo {
+	t.Helper()
 	python := "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
 	if err := exec.Command(python, "-c", "import kazoo").Run(); err != nil {
-		t.Skip("python3-kazoo is not installed")
+		t.Fatalf("kazoo interop needs %s with python3-kazoo (`make deps` installs it): %v", python, err)
 	}
 	script := filepath.Join(t.TempDir(), "kazoo_lock.py")
 	if err := os.WriteFile(script, []byte(kazooScript), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(python, script, strings.Join(shared.Endpoints(), ","), path, mode)
+	cmd := exec.Command(python, script, strings.Join(shared.Endpoints(), ","), path, mode, fmt.Sprint(session.Seconds()))
+	cmd.Args = append(cmd.Args, extra...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -383,7 +389,7 @@ func startKazoo(t *testing.T, path, mode string) *kazoo {
 	return k
 }
 
-func (k *kazoo) expect(t *testing.T, want string, within time.Duration) {
+func (k *kazoo) expect(t *testing.T, want string, within time.Duration) time.Time {
 	t.Helper()
 	select {
 	case got, ok := <-k.lines:
@@ -393,6 +399,7 @@ func (k *kazoo) expect(t *testing.T, want string, within time.Duration) {
 	case <-time.After(within):
 		t.Fatalf("kazoo did not say %q within %v", want, within)
 	}
+	return time.Now()
 }
 
 func (k *kazoo) quiet(t *testing.T, d time.Duration) {
@@ -416,10 +423,12 @@ func TestInteropWithKazoo(t *testing.T) {
 	k.expect(t, "waiting", 20*time.Second)
 	k.expect(t, "locked", 20*time.Second)
 	admin := newConn(t, shared.Endpoints())
+	var released time.Time
 	g := queuetest.BehindForeign(t, ctx, backend(t), d, "kazoo1", "kazoo", func() {
 		io.WriteString(k.stdin, "release\n")
-		k.expect(t, "released", 10*time.Second)
+		released = k.expect(t, "released", 10*time.Second)
 	})
+	checkHandOver(t, "kazoo → dlock", released, time.Now())
 
 	// dlock holds: kazoo's non-blocking acquire fails; its blocking
 	// acquire waits until dlock releases.
@@ -429,10 +438,79 @@ func TestInteropWithKazoo(t *testing.T) {
 	w.expect(t, "waiting", 20*time.Second)
 	queuetest.Eventually(t, 20*time.Second, "kazoo queued behind dlock", func() bool { return len(children(t, admin, "/dlock/kazoo1")) == 2 })
 	w.quiet(t, 300*time.Millisecond)
+	start := time.Now()
 	if _, err := d.Release(ctx, queuetest.Lease("kazoo1", "A", g)); err != nil {
 		t.Fatal(err)
 	}
-	w.expect(t, "locked", 10*time.Second)
+	checkHandOver(t, "dlock → kazoo", start, w.expect(t, "locked", 10*time.Second))
+	io.WriteString(w.stdin, "release\n")
+	w.expect(t, "released", 10*time.Second)
+}
+
+// TestKazooWithCuratorLayout: kazoo told to count Curator's nodes
+// (extra_lock_patterns=["-lock-"], kazoo 2.7.1 and later) and dlock with
+// layout=curator exclude each other both ways.
+func TestKazooWithCuratorLayout(t *testing.T) {
+	d := newTestDriver(t, shared.Endpoints(), &Options{Layout: LayoutCurator})
+	ctx := queuetest.Ctx(t, 60*time.Second)
+	k := startKazooSession(t, "/dlock/kazoocur", "hold", 10*time.Second, "-lock-")
+	k.expect(t, "waiting", 20*time.Second)
+	k.expect(t, "locked", 20*time.Second)
+	if _, err := d.TryAcquire(ctx, queuetest.Req("kazoocur", "A")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("dlock (curator layout) TryAcquire while kazoo holds: %v, want ErrLocked", err)
+	}
+	io.WriteString(k.stdin, "release\n")
+	k.expect(t, "released", 10*time.Second)
+	g, err := d.TryAcquire(ctx, queuetest.Req("kazoocur", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := startKazooSession(t, "/dlock/kazoocur", "try", 10*time.Second, "-lock-")
+	try.expect(t, "busy", 20*time.Second)
+	if _, err := d.Release(ctx, queuetest.Lease("kazoocur", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKazooCrash: a crashed holder's lock is freed by its own expiry rules
+// both ways. A kazoo process killed while it holds loses the lock when its
+// session (2s) expires, and so does a dlock holder cut off from the
+// ensemble, each to a waiter of the other client.
+func TestKazooCrash(t *testing.T) {
+	d := newTestDriver(t, shared.Endpoints(), nil)
+	ctx := queuetest.Ctx(t, 60*time.Second)
+	k := startKazooSession(t, "/dlock/kazoocrash", "hold", 2*time.Second)
+	k.expect(t, "waiting", 20*time.Second)
+	k.expect(t, "locked", 20*time.Second)
+	ch := acquiring(ctx, d, queuetest.Req("kazoocrash", "A"))
+	notYet(t, ch, 300*time.Millisecond, "dlock Acquire")
+	if err := k.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	a := waitAcquired(t, ch, 20*time.Second, "dlock behind a killed kazoo")
+	g := a.must(t, "dlock behind a killed kazoo")
+	t.Logf("killed kazoo's lock went to dlock after %v (session 2s)", a.at.Sub(killed).Round(time.Millisecond))
+	if _, err := d.Release(ctx, queuetest.Lease("kazoocrash", "A", g)); err != nil {
+		t.Fatal(err)
+	}
+
+	p, err := newProxy(shared.Endpoints()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	cut := newTestDriver(t, []string{p.addr()}, nil)
+	if _, err := cut.TryAcquire(ctx, queuetest.Req("kazoocrash", "B")); err != nil {
+		t.Fatal(err)
+	}
+	w := startKazooSession(t, "/dlock/kazoocrash", "hold", 2*time.Second)
+	w.expect(t, "waiting", 20*time.Second)
+	w.quiet(t, 300*time.Millisecond)
+	p.close()
+	start := time.Now()
+	w.expect(t, "locked", 20*time.Second)
+	t.Logf("cut-off dlock holder's lock went to kazoo after %v", time.Since(start).Round(time.Millisecond))
 	io.WriteString(w.stdin, "release\n")
 	w.expect(t, "released", 10*time.Second)
 }

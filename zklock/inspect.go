@@ -19,7 +19,8 @@ var _ driver.Inspector = (*Driver)(nil)
 // Inspect implements driver.Inspector: it walks the nodes under the root
 // whose lock names start with prefix. For each lock with a holder it reports
 // the holder's owner (its node's data; kazoo's identifier for a kazoo
-// holder), its token (czxid), the number of waiters, and ExpiresIn -1 (the
+// holder, or "zk-session:<session id in hex>" for a holder whose node holds
+// no data, as kazoo's and Curator's do by default), its token (czxid), the number of waiters, and ExpiresIn -1 (the
 // lock lives as long as the holder's session). Count is the holder's hold
 // count when this driver holds it, else 1. It costs one request per node
 // visited plus one per lock.
@@ -130,7 +131,14 @@ func (d *Driver) inspectQueue(ctx context.Context, conn *zk.Conn, rel, path stri
 			return driver.LockInfo{}, false, err
 		}
 		name := unescapeName(rel)
-		info := driver.LockInfo{Name: name, Owner: string(n.data), Token: uint64(n.st.Czxid), Count: 1, ExpiresIn: -1, Waiters: len(q) - 1}
+		owner := string(n.data)
+		if owner == "" {
+			// A client that stores no identifier (kazoo's and Curator's
+			// defaults): name its session instead, so that the lock does
+			// not look free.
+			owner = fmt.Sprintf("zk-session:%x", n.st.EphemeralOwner)
+		}
+		info := driver.LockInfo{Name: name, Owner: owner, Token: uint64(n.st.Czxid), Count: 1, ExpiresIn: -1, Waiters: len(q) - 1}
 		info.Count = d.holds.Count(name, info.Owner, func(h *handle) bool { return h.path == path+"/"+head })
 		return info, true, nil
 	}

@@ -21,7 +21,7 @@ import (
 // driver.LockInfo).
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	list := d.list
-	if d.mode != ModeRowLock {
+	{
 		list = func(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 			out, err := d.list(ctx, prefix)
 			if err != nil {
@@ -82,7 +82,8 @@ func (a advisory) held(ctx context.Context, _ string, out []driver.LockInfo) ([]
 }
 
 // held reports the names in out whose rows are locked: those FOR KEY SHARE
-// SKIP LOCKED skips.
+// SKIP LOCKED skips. A read/write lock is held while a writer holds its
+// RowKey row (FOR SHARE SKIP LOCKED skips it); readers are not seen.
 func (r rowLock) held(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error) {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
@@ -93,7 +94,26 @@ func (r rowLock) held(ctx context.Context, prefix string, out []driver.LockInfo)
 	if err != nil {
 		return nil, err
 	}
-	return sqlcommon.HeldUnlessFree(out, free), nil
+	held := sqlcommon.HeldUnlessFree(out, free)
+	var keys []string
+	for _, li := range out {
+		if li.Kind == driver.Write {
+			keys = append(keys, RowKey(li.Name))
+		}
+	}
+	if len(keys) == 0 {
+		return held, nil
+	}
+	unwritten, err := collectSet[string](tx.Query(ctx, r.q.inspectRowWriters, keys))
+	if err != nil {
+		return nil, err
+	}
+	for i, li := range out {
+		if li.Kind == driver.Write {
+			held[i] = !unwritten[RowKey(li.Name)]
+		}
+	}
+	return held, nil
 }
 
 // collectSet reads the one-column rows of a query (the result of Query,

@@ -23,9 +23,10 @@ import (
 // then the writes sqlcommon.DecideKind asks for and COMMIT, pipelined. A
 // release or a renewal is one statement on the holder's row; a renewal
 // batch mixing mutexes and kinds is one statement. ModeAdvisory holds
-// read/write locks with shared advisory locks (advisory_kinds.go) but no
-// semaphores; ModeRowLock holds only mutexes. The kinds a mode lacks are
-// refused (SupportsKind false: the dlock package answers ErrUnsupported).
+// read/write locks with shared advisory locks (advisory_kinds.go),
+// ModeRowLock with shared row locks (rowlock_kinds.go); neither has
+// semaphores, which are refused (SupportsKind false: the dlock package
+// answers ErrUnsupported).
 
 var (
 	_ driver.Kinder        = (*Driver)(nil)
@@ -41,13 +42,13 @@ var (
 const wakeAllPrefix = "\x01"
 
 // SupportsKind implements driver.Kinder: in ModeLease every kind; in
-// ModeAdvisory the mutex and the read/write lock (see advisory_kinds.go);
-// in ModeRowLock the mutex only.
+// ModeAdvisory and ModeRowLock the mutex and the read/write lock (see
+// advisory_kinds.go and rowlock_kinds.go).
 func (d *Driver) SupportsKind(k driver.Kind) bool {
 	switch d.mode {
 	case ModeLease:
 		return k <= driver.Permit
-	case ModeAdvisory:
+	case ModeAdvisory, ModeRowLock:
 		return k <= driver.Write
 	}
 	return k == driver.Exclusive

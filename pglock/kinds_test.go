@@ -26,10 +26,10 @@ func TestRaiseFence(t *testing.T)          { sqltest.RaiseFence(t, leaseOpener(t
 
 const kindTTL = 10 * time.Second
 
-// TestSessionModesRefuseKinds: ModeRowLock holds mutexes only and
-// ModeAdvisory mutexes and read/write locks; a kind a mode lacks, asked
-// of it directly, is refused with ErrUnsupported, as is a multi-acquire,
-// and never granted as a mutex. Their mutex fence can be raised.
+// TestSessionModesRefuseKinds: the session modes hold mutexes and
+// read/write locks, not semaphores; a Permit asked of them directly is
+// refused with ErrUnsupported, as is a multi-acquire, and never granted as
+// a mutex. Their mutex fence can be raised.
 func TestSessionModesRefuseKinds(t *testing.T) {
 	ctx := context.Background()
 	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
@@ -41,11 +41,7 @@ func TestSessionModesRefuseKinds(t *testing.T) {
 			defer dn.Close()
 			d := dn.(*Driver)
 			name := randomName("sessionkinds")
-			kinds := []driver.Kind{driver.Read, driver.Write, driver.Permit}
-			if mode == ModeAdvisory {
-				kinds = kinds[2:]
-			}
-			for _, k := range kinds {
+			for _, k := range []driver.Kind{driver.Permit} {
 				if d.SupportsKind(k) {
 					t.Errorf("SupportsKind(%s) in mode %s", k, mode)
 				}
@@ -74,14 +70,20 @@ func TestSessionModesRefuseKinds(t *testing.T) {
 	}
 }
 
-// TestAdvisoryRW: in ModeAdvisory readers share (in one driver and
+// TestSessionRW: in the session modes readers share (in one driver and
 // across drivers), a writer excludes them and other writers, tokens follow
 // the read/write rule, a refused waiting writer's mark holds new readers
 // back until Withdraw, a reader's backend terminated from outside frees
-// its share, and releases wake waiters.
-func TestAdvisoryRW(t *testing.T) {
+// its share, and Inspect reports the lock.
+func TestSessionRW(t *testing.T) {
+	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) { testSessionRW(t, mode) })
+	}
+}
+
+func testSessionRW(t *testing.T, mode Mode) {
 	ctx := context.Background()
-	h := newTestHarness(t, ModeAdvisory)
+	h := newTestHarness(t, mode)
 	open := func() *Driver {
 		dn, err := h.NewDriver(ctx)
 		if err != nil {
@@ -153,6 +155,9 @@ func TestAdvisoryRW(t *testing.T) {
 	})
 	locked(d, ra)
 	locked(d, rq("x", driver.Write))
+	if infos, err := d.Inspect(ctx, name); err != nil || len(infos) != 1 || infos[0].Count != 1 || infos[0].Readers != 0 {
+		t.Fatalf("Inspect with a writer: %+v, %v", infos, err)
+	}
 	if gw.Token <= gc.Token || gc.Token <= max(ga.Token, gb.Token) {
 		t.Fatalf("tokens a %d b %d c %d then write %d", ga.Token, gb.Token, gc.Token, gw.Token)
 	}
@@ -166,7 +171,11 @@ func TestAdvisoryRW(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(infos) != 1 || infos[0].Kind != driver.Write || infos[0].Readers != 2 || infos[0].Token != gb.Token {
+	readers := 2
+	if mode == ModeRowLock {
+		readers = 0 // shared row locks are not seen
+	}
+	if len(infos) != 1 || infos[0].Kind != driver.Write || infos[0].Readers != readers || infos[0].Token != gb.Token {
 		t.Fatalf("Inspect with 2 readers: %+v", infos)
 	}
 	rel(d, ra, ga, 0)
@@ -176,8 +185,12 @@ func TestAdvisoryRW(t *testing.T) {
 	}
 }
 
-func TestAdvisoryKindWakes(t *testing.T) {
-	sqltest.KindWakes(t, newTestHarness(t, ModeAdvisory).NewDriver, driver.Write, driver.Read)
+func TestSessionKindWakes(t *testing.T) {
+	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			sqltest.KindWakes(t, newTestHarness(t, mode).NewDriver, driver.Write, driver.Read)
+		})
+	}
 }
 
 // TestMigratesOldTable opens a lock table an older version made (no

@@ -43,8 +43,9 @@
 // Lock kinds (driver.Kinder): ModeLease has read/write locks and
 // semaphores, kept in <table>_kinds and <table>_holders (see kinds.go);
 // ModeAdvisory has read/write locks on shared advisory locks (see
-// advisory_kinds.go); ModeRowLock has only mutexes. Kinds a mode lacks are
-// refused with driver.ErrUnsupported. ModeLease takes several mutexes in
+// advisory_kinds.go), ModeRowLock on shared row locks (FOR SHARE, see
+// rowlock_kinds.go); neither session mode has semaphores. Kinds a mode
+// lacks are refused with driver.ErrUnsupported. ModeLease takes several mutexes in
 // one round trip (driver.MultiAcquirer), and every mode can raise a
 // name's fencing counter (driver.FenceRaiser).
 //

@@ -27,6 +27,8 @@ type queries struct {
 	raiseMutex, raiseKind, multiCheck, inspectKinds, inspectHolder string
 	advRead, advWrite, advRead13, advWrite13                       string
 	inspectAdvisoryModes                                           string
+	rowKinds                                                       rowKindQueries
+	inspectRowWriters                                              string
 }
 
 // nowUS is the server's clock in microseconds since the epoch, the unit
@@ -131,6 +133,10 @@ FROM $T WHERE left(name, char_length($1)) = $1 ORDER BY name`)
 	q.inspectAdvisory = `SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	q.inspectRow = r.Replace(`SELECT name FROM $T_rowlock WHERE left(name, char_length($1)) = $1 FOR KEY SHARE SKIP LOCKED`)
+	q.rowKinds = newRowKindQueries(table)
+	// Rows a writer holds FOR UPDATE: FOR SHARE SKIP LOCKED skips them and
+	// not those readers hold FOR SHARE (so readers are not seen).
+	q.inspectRowWriters = r.Replace(`SELECT name FROM $T_rowlock WHERE name = ANY($1) FOR SHARE SKIP LOCKED`)
 	q.advRead, q.advWrite = advisoryKindQueries(table, false)
 	q.advRead13, q.advWrite13 = advisoryKindQueries(table, true)
 	q.inspectAdvisoryModes = `SELECT (classid::bigint << 32) | objid::bigint, mode = 'ShareLock' FROM pg_locks

@@ -209,6 +209,9 @@ func (rowLock) Abort(c *pinned) { abort(c, "ROLLBACK") }
 // how row locks are stored and reads pg_locks, which takes every lock
 // partition's lock on each acquire.
 func (r rowLock) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	if req.Kind != driver.Exclusive {
+		return r.lockKind(ctx, c, req)
+	}
 	d, name, owner := r.store, req.Name, req.Owner
 	for attempt := 0; ; attempt++ {
 		b := &pgx.Batch{}
@@ -272,8 +275,12 @@ func (d *store) bumpFence(ctx context.Context, name, owner string) (int64, error
 // Unlock implements sqlcommon.SessionSQL: a NOTIFY to waiters and the
 // COMMIT that ends the transaction holding the row, pipelined.
 func (r rowLock) Unlock(ctx context.Context, c *pinned, name string) error {
+	payload := name
+	if c.kind != driver.Exclusive {
+		payload = wakeAllPrefix + name
+	}
 	b := &pgx.Batch{}
-	b.Queue(r.q.rowNotify, r.channel, name)
+	b.Queue(r.q.rowNotify, r.channel, payload)
 	b.Queue("COMMIT")
 	return c.SendBatch(ctx, b).Close()
 }

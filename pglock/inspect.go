@@ -16,23 +16,21 @@ import (
 // FOR KEY SHARE SKIP LOCKED, which for an instant conflicts with a
 // concurrent NOWAIT attempt on the same row). Session-bound holders report
 // ExpiresIn -1 and Count 1 (the re-entrance count lives in the holder's
-// process). Waiters are not counted (-1). In ModeLease the read/write
-// locks and semaphores under prefix follow each name's mutex (see
-// driver.LockInfo).
+// process). Waiters are not counted (-1). The read/write locks (and, in
+// ModeLease, semaphores) under prefix follow each name's mutex (see
+// driver.LockInfo); in ModeRowLock a read/write lock held only by readers
+// is listed as free (shared row locks are not visible).
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-	list := d.list
-	{
-		list = func(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
-			out, err := d.list(ctx, prefix)
-			if err != nil {
-				return nil, err
-			}
-			kinds, err := d.inspectKinds(ctx, prefix)
-			if err != nil {
-				return nil, err
-			}
-			return sqlcommon.MergeInfos(out, kinds), nil
+	list := func(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
+		out, err := d.list(ctx, prefix)
+		if err != nil {
+			return nil, err
 		}
+		kinds, err := d.inspectKinds(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		return sqlcommon.MergeInfos(out, kinds), nil
 	}
 	return d.base.Inspect(ctx, prefix, d.sess != nil, list, d.held)
 }

@@ -24,7 +24,8 @@ var queueKey = regexp.MustCompile(`^[0-9a-f]{1,16}(-[0-9a-f]{16})?$`)
 // Inspect implements driver.Inspector: it reads every queue key under the
 // driver's prefix whose lock name starts with prefix, in one range read. For
 // each lock with a holder it reports the holder's owner (the key's value;
-// empty for concurrency.Mutex holders), its token, the number of waiters,
+// "etcd-lease:<lease ID in hex>" for etcdctl lock and concurrency.Mutex
+// holders, which store none), its token, the number of waiters,
 // and ExpiresIn -1 (the lock lives as long as the holder's etcd lease).
 // Count is the holder's hold count when this driver holds it, else 1.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
@@ -71,6 +72,12 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		if q.rev == 0 || kv.CreateRevision < q.rev {
 			q.rev, q.key = kv.CreateRevision, string(kv.Key)
 			q.info.Owner, q.info.Token = string(kv.Value), uint64(kv.CreateRevision)
+			if q.info.Owner == "" {
+				// etcdctl lock and concurrency.Mutex store no value: name
+				// the holder's etcd lease, so that the lock does not look
+				// free.
+				q.info.Owner = fmt.Sprintf("etcd-lease:%x", kv.Lease)
+			}
 		}
 	}
 	out := make([]driver.LockInfo, 0, len(queues))

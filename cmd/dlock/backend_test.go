@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +133,81 @@ func TestStatusEveryBackend(t *testing.T) {
 				t.Errorf("released: %+v, want no owner, count 0, expires_in_ms 0, token %d or 0", j, l.Token())
 			}
 			t.Logf("%s: release --force exit %d; after release listed %v token %d", be, code, ok, j.Token)
+		})
+	}
+}
+
+// kazooHold is a Python kazoo client that takes a lock with kazoo's
+// defaults (no identifier, so its node holds no data), says "held", and
+// keeps it until its stdin closes.
+const kazooHold = `
+import sys
+from kazoo.client import KazooClient
+zk = KazooClient(hosts=sys.argv[1])
+zk.start()
+lock = zk.Lock(sys.argv[2])
+lock.acquire()
+print("held", flush=True)
+sys.stdin.read()
+lock.release()
+zk.stop()
+`
+
+// startForeign starts a foreign client's command that prints marker once
+// it holds the lock, and returns once it has; closing stdin (or killing it)
+// ends it at cleanup.
+func startForeign(t *testing.T, marker string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	waitFor(t, name+" to hold the lock", 30*time.Second, func() bool { return strings.Contains(out.String(), marker) })
+}
+
+// TestStatusForeignHolders: a lock held by another client library (etcdctl
+// lock, Python kazoo), which stores no dlock owner, shows as held, with a
+// stand-in owner naming the holder's session, its token and no expiry; wait
+// does not call it free.
+func TestStatusForeignHolders(t *testing.T) {
+	etcd := testserver.Etcd(t, 1)
+	zk := testserver.ZooKeeper(t, 1)
+	for _, tc := range []struct {
+		name, url, owner string
+		start            func(t *testing.T)
+	}{
+		{"etcdctl", etcd.URL() + "/dlock/", "etcd-lease:", func(t *testing.T) {
+			startForeign(t, "dlock/st/held", "etcdctl", "--endpoints="+etcd.Endpoints()[0], "lock", "dlock/st/held")
+		}},
+		{"kazoo", zk.URL() + "/dlock", "zk-session:", func(t *testing.T) {
+			startForeign(t, "held", "/usr/bin/python3", "-c", kazooHold, zk.Endpoints()[0], "/dlock/st/held")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.start(t)
+			j, ok := statusJSON(t, tc.url, "st/held")
+			if !ok || !strings.HasPrefix(j.Owner, tc.owner) || j.Token == 0 || j.Count != 1 || j.ExpiresInMS != nil {
+				t.Errorf("status of a lock %s holds: %+v (listed %v), want owner %s…, a token, count 1, expires_in_ms null", tc.name, j, ok, tc.owner)
+			}
+			te := newTestEnv(nil)
+			if code := te.run("wait", "--url", tc.url, "--wait", "0", "st/held"); code != exitNotAcquired {
+				t.Errorf("wait on a lock %s holds: exit %d, %s", tc.name, code, te.stderr.String())
+			}
+			if _, err := openClient(t, tc.url).NewMutex("st/held", nil).TryLock(context.Background()); !errors.Is(err, dlock.ErrLocked) {
+				t.Errorf("TryLock of a lock %s holds: %v, want ErrLocked", tc.name, err)
+			}
 		})
 	}
 }

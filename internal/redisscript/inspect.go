@@ -109,16 +109,7 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 		}
 		return it.Err()
 	}
-	var err error
-	switch cc := c.(type) {
-	case *redis.ClusterClient:
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
-	case *redis.Ring:
-		err = cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
-	default:
-		err = scan(ctx, c)
-	}
-	if err != nil {
+	if err := forEachNode(ctx, c, scan); err != nil {
 		return nil, err
 	}
 	sorted := make([]string, 0, len(names))
@@ -130,10 +121,75 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 	if err != nil {
 		return nil, err
 	}
-	if len(sorted) == 0 {
-		return kindLocks, nil
+	out, err := readLocks(ctx, c, sorted, func(n string) Keys { return KeysFor(keyPrefix, n) })
+	if err != nil {
+		return nil, err
 	}
+	out = append(out, kindLocks...)
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out, nil
+}
 
+// InspectPlain is Inspect for the plain layout (see PlainKeysFor): the
+// locks whose key is keyPrefix + name, with a name starting with
+// namePrefix, that have a fencing counter beside them (every lock dlock
+// ever granted there; a lock only foreign clients ever took is not known).
+// A key that dlock did not write at such a lock is a Foreign holder.
+func InspectPlain(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix string) ([]NodeLock, error) {
+	var (
+		mu    sync.Mutex
+		names = map[string]bool{}
+	)
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, "*:fence", 1000).Iterator()
+		for it.Next(ctx) {
+			key, ok := PlainKeyFromFence(it.Val())
+			if !ok {
+				continue
+			}
+			if name, ok := strings.CutPrefix(key, keyPrefix); ok && strings.HasPrefix(name, namePrefix) {
+				mu.Lock()
+				names[name] = true
+				mu.Unlock()
+			}
+		}
+		return it.Err()
+	}
+	if err := forEachNode(ctx, c, scan); err != nil {
+		return nil, err
+	}
+	sorted := make([]string, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	return readLocks(ctx, c, sorted, func(n string) Keys {
+		k, _ := PlainKeysFor(keyPrefix + n)
+		return k
+	})
+}
+
+// forEachNode runs scan on every primary behind c.
+func forEachNode(ctx context.Context, c redis.UniversalClient, scan func(context.Context, redis.UniversalClient) error) error {
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
+	case *redis.Ring:
+		return cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error { return scan(ctx, n) })
+	}
+	return scan(ctx, c)
+}
+
+// readLocks reads the mutexes of names (sorted), whose keys keys gives.
+func readLocks(ctx context.Context, c redis.UniversalClient, sorted []string, keys func(string) Keys) ([]NodeLock, error) {
+	if len(sorted) == 0 {
+		return nil, nil
+	}
 	type q struct {
 		v, fence       *redis.StringCmd
 		pttl, fencePTT *redis.DurationCmd
@@ -142,7 +198,7 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 	qs := make([]q, len(sorted))
 	pipe := c.Pipeline()
 	for i, n := range sorted {
-		k := KeysFor(keyPrefix, n)
+		k := keys(n)
 		qs[i] = q{
 			v:        pipe.Get(ctx, k.Lock),
 			pttl:     pipe.PTTL(ctx, k.Lock),
@@ -195,13 +251,6 @@ func Inspect(ctx context.Context, c redis.UniversalClient, keyPrefix, namePrefix
 		}
 		out = append(out, l)
 	}
-	out = append(out, kindLocks...)
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].Name != out[j].Name {
-			return out[i].Name < out[j].Name
-		}
-		return out[i].Kind < out[j].Kind
-	})
 	return out, nil
 }
 

@@ -59,6 +59,49 @@ func KeysFor(prefix, name string) Keys {
 	return Keys{Lock: lock, Fence: lock + ":fence", Channel: lock + ":rel", Queue: lock + ":q", Waits: lock + ":qd"}
 }
 
+// PlainKeysFor returns the keys of a lock in the plain layout, where the
+// lock is the Redis key itself, as clients that lock with SET key value NX
+// PX keep it (redis-py's Lock, redsync, bsm/redislock): Lock is key, and
+// the fencing counter, release channel and waiter queue are beside it in
+// key's hash slot, B+":fence", B+":rel", B+":q" and B+":qd", where B is key
+// when key has a hash tag and "{"+key+"}" otherwise. (A dlock-layout lock
+// is thus the plain lock at its key P{E}.) A key with '{' or '}' that form
+// no hash tag is refused: its slot could hold no other key.
+func PlainKeysFor(key string) (Keys, error) {
+	b := key
+	if !hasHashTag(key) {
+		if strings.ContainsAny(key, "{}") {
+			return Keys{}, fmt.Errorf("key %q has braces that form no hash tag: the plain layout cannot keep its fencing counter in the key's cluster slot", key)
+		}
+		b = "{" + key + "}"
+	}
+	return Keys{Lock: key, Fence: b + ":fence", Channel: b + ":rel", Queue: b + ":q", Waits: b + ":qd"}, nil
+}
+
+// hasHashTag reports whether key has a Redis Cluster hash tag: a '{'
+// followed, later, by a '}' with at least one byte between them.
+func hasHashTag(key string) bool {
+	i := strings.IndexByte(key, '{')
+	return i >= 0 && strings.IndexByte(key[i+1:], '}') > 0
+}
+
+// PlainKeyFromFence returns the lock key of a plain-layout fencing counter
+// key (see PlainKeysFor), and whether fence is one. "{K}:fence" is read as
+// the counter of K (K without braces), not of the key "{K}".
+func PlainKeyFromFence(fence string) (string, bool) {
+	b, ok := strings.CutSuffix(fence, ":fence")
+	if !ok || b == "" {
+		return "", false
+	}
+	if inner, ok := strings.CutPrefix(b, "{"); ok && strings.HasSuffix(inner, "}") && !strings.ContainsAny(inner[:len(inner)-1], "{}") && len(inner) > 1 {
+		return inner[:len(inner)-1], true
+	}
+	if hasHashTag(b) {
+		return b, true
+	}
+	return "", false
+}
+
 // queue and waits return k.Queue and k.Waits, derived from k.Lock when
 // they are empty (Keys built by hand).
 func (k Keys) queue() string {

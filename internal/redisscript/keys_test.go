@@ -86,3 +86,39 @@ func TestParseValue(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainKeys: in the plain layout the lock is the key itself and its
+// companions share its cluster slot; a counter key leads back to its lock
+// key; a dlock-layout lock is the plain lock at its own key.
+func TestPlainKeys(t *testing.T) {
+	for _, key := range []string{"orders:42", "lock", "{user:1}:lock", "a{b}c", "dlock:{x}", "日本語"} {
+		k, err := PlainKeysFor(key)
+		if err != nil {
+			t.Fatalf("PlainKeysFor(%q): %v", key, err)
+		}
+		if k.Lock != key {
+			t.Errorf("PlainKeysFor(%q).Lock = %q", key, k.Lock)
+		}
+		for _, c := range []string{k.Fence, k.Channel, k.Queue, k.Waits} {
+			if hashTag(c) != hashTag(key) {
+				t.Errorf("%q: companion %q is not in the key's slot (tag %q, want %q)", key, c, hashTag(c), hashTag(key))
+			}
+		}
+		if got, ok := PlainKeyFromFence(k.Fence); !ok || got != key {
+			t.Errorf("PlainKeyFromFence(%q) = %q, %v; want %q", k.Fence, got, ok, key)
+		}
+	}
+	if k, _ := PlainKeysFor(KeysFor(DefaultPrefix, "x").Lock); k != KeysFor(DefaultPrefix, "x") {
+		t.Errorf("the plain lock at dlock:{x} has keys %+v, not the dlock layout's", k)
+	}
+	for _, key := range []string{"a}b", "a{}b", "{", "x{y"} {
+		if _, err := PlainKeysFor(key); err == nil {
+			t.Errorf("PlainKeysFor(%q): no error for braces that form no hash tag", key)
+		}
+	}
+	for _, fence := range []string{"x", ":fence", "a:fence", "{}:fence"} {
+		if got, ok := PlainKeyFromFence(fence); ok {
+			t.Errorf("PlainKeyFromFence(%q) = %q, want none", fence, got)
+		}
+	}
+}

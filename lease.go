@@ -26,6 +26,7 @@ type Lease struct {
 	name    string
 	owner   string
 	token   uint64
+	key     string // the driver's Grant.Key
 	handle  any
 	kind    driver.Kind
 	permits int
@@ -91,7 +92,7 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	}
 	at := c.at(sent)
 	return &Lease{
-		c: c, name: m.name, owner: r.owner, token: g.Token, count: int32(g.Count), handle: g.Handle,
+		c: c, name: m.name, owner: r.owner, token: g.Token, key: g.Key, count: int32(g.Count), handle: g.Handle,
 		kind: m.kind, permits: m.permits,
 		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause, parent: parent,
 		autoRenew: every > 0,
@@ -119,6 +120,20 @@ func (l *Lease) Owner() string { return l.owner }
 // permit of the name's Semaphore. Mutex, RWMutex and Semaphore locks of one
 // name are different locks with separate counters.
 func (l *Lease) Token() uint64 { return l.token }
+
+// Key names where the backend keeps the grant (the etcd key, the ZooKeeper
+// node, the Redis key), for operators and logs; empty when the driver does
+// not say. It never changes.
+func (l *Lease) Key() string { return l.key }
+
+// TTL is the lease's time to live as granted: the requested TTL, or the
+// one the backend chose (a session-bound backend's session TTL), as changed
+// by Extend. Each renewal extends the lease by it. Safe for concurrent use.
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
 
 // Kind returns what the lease holds: "mutex" (Mutex), "read" or "write"
 // (RWMutex.RLock, RWMutex.Lock) or "permit" (Semaphore).

@@ -152,6 +152,12 @@ type Grant struct {
 	// measures the lease's validity from Sent whichever way it falls. Zero
 	// means when TryAcquire or Acquire was called.
 	Sent time.Time
+	// Key names where the backend keeps this grant, for operators and
+	// logs: the etcd key, the ZooKeeper node path, the Redis key, the lock's
+	// name in a SQL table. Empty when the driver does not say. It is not
+	// used to release or renew the grant (Handle is). "dlock run" hands it
+	// to CMD as DLOCK_KEY, as etcdctl lock prints its key.
+	Key string
 	// Handle is driver-private state for this grant (a key, a node path, a
 	// pinned connection). The dlock package hands it back unchanged in
 	// Lease.Handle for Release and Renew, and never looks inside.

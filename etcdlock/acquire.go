@@ -60,6 +60,7 @@ func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 		Count:  count,
 		TTL:    h.sess.ttl,
 		Sent:   sent,
+		Key:    h.key,
 		Handle: h,
 		Lost:   h.sess.Done(),
 		Cause:  h.sess.Cause,

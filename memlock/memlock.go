@@ -184,6 +184,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if lerr := d.lost("acquire"); lerr != nil {
 		return driver.Grant{}, lerr
 	}
+	if err == nil {
+		g.Key = req.Name // the backend's map is keyed by the name
+	}
 	return g, err
 }
 

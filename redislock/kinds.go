@@ -68,7 +68,7 @@ func (d *Driver) tryKind(ctx context.Context, req driver.AcquireRequest) (driver
 	if d.gate.Stopped() {
 		return driver.Grant{}, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
-	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Handle: &kk}, nil
+	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Key: grantKey(kk), Handle: &kk}, nil
 }
 
 // kindKeys returns the keys of a kind grant from its handle, or from name.
@@ -230,7 +230,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	gs := make([]driver.Grant, len(reqs))
 	for i, a := range r.Granted {
 		d.grants.Granted(ks[i], owner, ttl, sent)
-		gs[i] = driver.Grant{Token: a.Fence, Count: a.Count, Sent: sent, Handle: &ks[i]}
+		gs[i] = driver.Grant{Token: a.Fence, Count: a.Count, Sent: sent, Key: ks[i].Lock, Handle: &ks[i]}
 	}
 	if err := d.replicated(ctx, c); err != nil {
 		d.undo(ctx, func(ctx context.Context, c redis.UniversalClient) {
@@ -246,4 +246,13 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 		return nil, fmt.Errorf("redislock: multi-acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
 	return gs, nil
+}
+
+// grantKey is the key a grant of kk lives in, for Grant.Key: a writer's (or
+// a mutex's) key, or the set of read or permit holders.
+func grantKey(kk redisscript.KindKeys) string {
+	if kk.Kind == driver.Read || kk.Kind == driver.Permit {
+		return kk.Holders
+	}
+	return kk.Writer
 }

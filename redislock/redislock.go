@@ -251,7 +251,7 @@ func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.Acq
 	if d.gate.Stopped() {
 		return driver.Grant{}, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
-	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Handle: &k}, nil
+	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Key: k.Lock, Handle: &k}, nil
 }
 
 // queueWait is how long a waiter's entry in a lock's queue lasts unless

@@ -117,7 +117,15 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 				return driver.Grant{}, false, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 			}
 			h := &handle{keys: ops.keys, kind: ops.kind, settled: d.settle(results, n-len(got))}
-			return driver.Grant{Token: maxFence, Count: int(maxCount), Handle: h}, false, nil
+			key := ops.keys.Lock
+			if ops.kind != nil {
+				// The writer's key, or the readers' set.
+				key = ops.kind.Writer
+				if ops.kind.Kind == driver.Read {
+					key = ops.kind.Holders
+				}
+			}
+			return driver.Grant{Token: maxFence, Count: int(maxCount), Key: key, Handle: h}, false, nil
 		}
 		_ = d.undo(ctx, ops, got, results, timeout, true)
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redlock: acquire", err)

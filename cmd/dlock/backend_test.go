@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -207,6 +208,36 @@ func TestStatusForeignHolders(t *testing.T) {
 			}
 			if _, err := openClient(t, tc.url).NewMutex("st/held", nil).TryLock(context.Background()); !errors.Is(err, dlock.ErrLocked) {
 				t.Errorf("TryLock of a lock %s holds: %v, want ErrLocked", tc.name, err)
+			}
+		})
+	}
+}
+
+// TestRunKeyVariable: CMD gets DLOCK_KEY, where the backend keeps the
+// grant, on the backends that name one: the etcd key (as etcdctl lock
+// prints it), the ZooKeeper node, the Redis key; and DLOCK_TTL as granted.
+func TestRunKeyVariable(t *testing.T) {
+	urls := backendURLs(t)
+	for _, tc := range []struct{ be, want string }{
+		{"etcd", `^dlock/k/[0-9a-f]+(-[0-9a-f]{16})?$`},
+		{"zk", `^/dlock/k/.*(__lock__|lock-)\d{10}$`},
+		{"redis", `^dlock:\{k\}$`},
+		{"redlock", `^dlock:\{k\}$`},
+	} {
+		t.Run(tc.be, func(t *testing.T) {
+			te := newTestEnv(map[string]string{"DLOCK_KEY": "stale"})
+			if code := te.run("run", "--url", urls[tc.be], "--ttl", "3s", "k", "--", "sh", "-c", `echo "$DLOCK_KEY"; echo "$DLOCK_TTL"`); code != 0 {
+				t.Fatalf("exit %d: %s", code, te.stderr.String())
+			}
+			key, ttl, _ := strings.Cut(strings.TrimSpace(te.stdout.String()), "\n")
+			if !regexp.MustCompile(tc.want).MatchString(key) || key == "stale" {
+				t.Errorf("DLOCK_KEY %q, want %s", key, tc.want)
+			}
+			if testing.Verbose() {
+				t.Logf("DLOCK_KEY=%s", key)
+			}
+			if ttl != "3" {
+				t.Errorf("DLOCK_TTL %q, want 3", ttl)
 			}
 		})
 	}

@@ -129,9 +129,6 @@ func splitClientParams(raw string) (string, dlock.Options, error) {
 // opened is a backend the command opened.
 type opened struct {
 	client *dlock.Client
-	// ttl is the Client's default lease TTL (the URL's ttl, else
-	// dlock.DefaultTTL).
-	ttl time.Duration
 }
 
 // openBackend opens raw with dlock.OpenWith, the library's log records
@@ -141,11 +138,6 @@ type opened struct {
 // (connectParams). connect 0 leaves each driver's default, and Open
 // unbounded but for ctx.
 func openBackend(ctx context.Context, e *env, raw string, connect time.Duration, hooks dlock.Hooks) (*opened, error) {
-	// The Client's TTL, for DLOCK_TTL: the URL's ttl, else the default.
-	_, o, err := splitClientParams(raw)
-	if err != nil {
-		return nil, err
-	}
 	if connect > 0 {
 		raw = withConnectTimeout(raw, connect)
 		var cancel context.CancelFunc
@@ -162,11 +154,7 @@ func openBackend(ctx context.Context, e *env, raw string, connect time.Duration,
 		}
 		return nil, &exitError{code: code, err: err}
 	}
-	ttl := o.TTL
-	if ttl <= 0 {
-		ttl = dlock.DefaultTTL
-	}
-	return &opened{client: c, ttl: ttl}, nil
+	return &opened{client: c}, nil
 }
 
 // openDriver opens raw's driver alone, as openBackend does, and returns

@@ -28,7 +28,10 @@ run by CMD then needs --url-file or DLOCK_URL_FILE), plus:
   DLOCK_TOKEN  the fencing token (decimal): strictly greater than every token
                granted before for NAME; pass it to the resource you write
   DLOCK_TTL    the lease's TTL in seconds (decimal; --ttl, else the URL's ttl,
-               else 30), renewed every third of it
+               else 30, or the TTL the backend granted), renewed every third
+  DLOCK_KEY    where the backend keeps the grant (the etcd key, ZooKeeper
+               node or Redis key), as etcdctl lock prints it; unset where
+               the backend names none
 
 The backend URL comes from --url or --url-file, else $DLOCK_URL or
 $DLOCK_URL_FILE, else the SQLite default. A password in --url is visible to
@@ -253,11 +256,7 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 	if err != nil {
 		return err
 	}
-	ttl := f.ttl
-	if ttl == 0 {
-		ttl = op.ttl
-	}
-	return f.runChild(e, lease, ttl, sigs, argv)
+	return f.runChild(e, lease, sigs, argv)
 }
 
 // acquire opens the backend and takes the lock as the flags say.
@@ -472,7 +471,7 @@ func (f *runFlags) heldMessage(name string) string {
 
 // runChild runs CMD under the lease, through a guard process (guard.go),
 // and decides the exit code.
-func (f *runFlags) runChild(e *env, lease *dlock.Lease, ttl time.Duration, sigs <-chan os.Signal, argv []string) error {
+func (f *runFlags) runChild(e *env, lease *dlock.Lease, sigs <-chan os.Signal, argv []string) error {
 	// exec.Command resolves CMD in $PATH as it always did; the guard only
 	// executes the result.
 	c := exec.Command(argv[0], argv[1:]...)
@@ -484,7 +483,7 @@ func (f *runFlags) runChild(e *env, lease *dlock.Lease, ttl time.Duration, sigs 
 		}
 		return exitf(code, "run: cannot start %q: %v", argv[0], startErr(c.Err))
 	}
-	job, err := startGuarded(e, c.Path, argv, childEnv(e.environ(), lease.Name(), lease.Token(), ttl))
+	job, err := startGuarded(e, c.Path, argv, childEnv(e.environ(), lease.Name(), lease.Token(), lease.TTL(), lease.Key()))
 	if err != nil {
 		f.release(e, lease)
 		var se *startError
@@ -634,14 +633,14 @@ func (f *runFlags) release(e *env, lease *dlock.Lease) {
 // withheldVars are dlock's variables that CMD does not inherit: the two
 // that "dlock run" sets anew, and the two that name the backend, which may
 // carry its password (CMD is not trusted with it; it gets DLOCK_TOKEN).
-var withheldVars = []string{"DLOCK_NAME", "DLOCK_TOKEN", "DLOCK_TTL", envURL, envURLFile}
+var withheldVars = []string{"DLOCK_NAME", "DLOCK_TOKEN", "DLOCK_TTL", "DLOCK_KEY", envURL, envURLFile}
 
-// childEnv is environ without withheldVars, plus DLOCK_NAME, DLOCK_TOKEN and
-// DLOCK_TTL (in seconds),
+// childEnv is environ without withheldVars, plus DLOCK_NAME, DLOCK_TOKEN,
+// DLOCK_TTL (in seconds) and DLOCK_KEY (when the driver names one),
 // and $DLOCK_URL_WITHHELD naming the backend variables it left out, if any
 // were set: a dlock started by CMD then refuses to fall back to the default
 // SQLite file, a backend other than the one CMD's lock is on (backendURL).
-func childEnv(environ []string, name string, token uint64, ttl time.Duration) []string {
+func childEnv(environ []string, name string, token uint64, ttl time.Duration, key string) []string {
 	out := make([]string, 0, len(environ)+3)
 	var withheld []string
 	for _, kv := range environ {
@@ -656,8 +655,12 @@ func childEnv(environ []string, name string, token uint64, ttl time.Duration) []
 		out = slices.DeleteFunc(out, func(kv string) bool { return strings.HasPrefix(kv, envURLWithheld+"=") })
 		out = append(out, envURLWithheld+"="+strings.Join(withheld, ","))
 	}
-	return append(out, "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(token, 10),
+	out = append(out, "DLOCK_NAME="+name, "DLOCK_TOKEN="+strconv.FormatUint(token, 10),
 		"DLOCK_TTL="+strconv.FormatFloat(ttl.Seconds(), 'f', -1, 64))
+	if key != "" {
+		out = append(out, "DLOCK_KEY="+key)
+	}
+	return out
 }
 
 // exitStatus is a shell's view of how a process ended: its exit code, or

@@ -101,7 +101,11 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver
 	start := time.Now()
 	timeout := d.timeoutFor(req.TTL)
 	n := len(d.nodes)
-	results := fanout(d, ctx, timeout, nil, func(ctx context.Context, _ int, nd driver.Driver) (driver.Grant, error) {
+	// The node calls are bounded by the node timeout, not by ctx: a call
+	// still running when the attempt ends (ctx done, a majority decided)
+	// runs to its end and is handled in the background, so that a late
+	// grant joins the lease or is undone, never left behind.
+	results := fanout(d, context.WithoutCancel(ctx), timeout, nil, func(ctx context.Context, _ int, nd driver.Driver) (driver.Grant, error) {
 		return nd.TryAcquire(ctx, req)
 	})
 	ans := make([]answer, n)
@@ -120,8 +124,19 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver
 			failed++
 		}
 	}
+collect:
 	for got < n && granted < d.quorum && refused+failed <= n-d.quorum {
-		take(<-results)
+		select {
+		case r := <-results:
+			take(r)
+		case <-ctx.Done():
+			break collect
+		}
+	}
+	if granted < d.quorum && ctx.Err() != nil && refused+failed <= n-d.quorum {
+		d.undo(ctx, req, ans)
+		d.undoLate(req, results, n-got)
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", fmt.Errorf("%d of %d nodes granted, a quorum is %d", granted, n, d.quorum))
 	}
 	if granted < d.quorum {
 		// Nodes still answering are undone when they answer, in the
@@ -147,6 +162,8 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver
 			case r := <-results:
 				take(r)
 			case <-grace.C:
+				break wait
+			case <-ctx.Done():
 				break wait
 			}
 		}
@@ -247,10 +264,12 @@ func (d *Driver) liveReentry(req driver.AcquireRequest, ans []answer) (token uin
 }
 
 // raise makes sure the granting nodes have a counter of at least token
-// before the grant is returned: granting nodes whose own token is the
-// token have it already; the others, and every node that refused, are
-// raised, and raise waits for them. Of the granting nodes, a majority must
-// have the token; nodes whose acquire failed are raised in the background.
+// before the grant is returned: granting nodes whose own token is the token
+// have it already, the others are raised, and raise waits for them; a
+// majority of the granting nodes must have the token. Every other node that
+// answered (a refusal, a lost reply) is raised in the background, as late
+// answers are (see lateAnswers): their counters matter only after a node
+// loses its own (see docs/quorum.md).
 func (d *Driver) raise(ctx context.Context, req driver.AcquireRequest, token uint64, ans []answer, timeout time.Duration) error {
 	have := 0
 	var wait, background []int
@@ -260,31 +279,33 @@ func (d *Driver) raise(ctx context.Context, req driver.AcquireRequest, token uin
 			// lateAnswers raises it once it answers.
 		case a.granted() && a.grant.Token >= token:
 			have++
-		case a.granted() || a.refused():
+		case a.granted():
 			wait = append(wait, i)
 		default:
 			background = append(background, i)
 		}
 	}
+	raiseTo := func(ctx context.Context, _ int, nd driver.Driver) (struct{}, error) {
+		return struct{}{}, nd.(driver.FenceRaiser).RaiseFence(ctx, req.Name, req.Kind, token)
+	}
 	if len(background) > 0 {
-		_ = fanout(d, context.WithoutCancel(ctx), timeout, background, func(ctx context.Context, _ int, nd driver.Driver) (struct{}, error) {
-			return struct{}{}, nd.(driver.FenceRaiser).RaiseFence(ctx, req.Name, req.Kind, token)
-		})
+		_ = fanout(d, context.WithoutCancel(ctx), timeout, background, raiseTo)
 	}
 	if len(wait) == 0 {
 		return nil
 	}
-	results := fanout(d, ctx, timeout, wait, func(ctx context.Context, _ int, nd driver.Driver) (struct{}, error) {
-		return struct{}{}, nd.(driver.FenceRaiser).RaiseFence(ctx, req.Name, req.Kind, token)
-	})
+	results := fanout(d, context.WithoutCancel(ctx), timeout, wait, raiseTo)
 	var firstErr error
 	for range wait {
-		r := <-results
+		var r result[struct{}]
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			return fmt.Errorf("fencing token %d reached %d granting nodes of %d, a quorum is %d: %w", token, have, len(d.nodes), d.quorum, ctx.Err())
+		}
 		switch {
 		case r.err == nil:
-			if ans[r.i].granted() {
-				have++
-			}
+			have++
 		case firstErr == nil:
 			firstErr = r.err
 		}
@@ -427,14 +448,17 @@ func nodeLeaseOf(req driver.AcquireRequest) driver.Lease {
 
 // refusal is the error of an attempt that a majority did not grant: a
 // node's own refusal of the request as bad (ErrInvalid, ErrUnsupported), an
-// error when fewer than a majority answered or none refused, or else a
+// error when more than N − majority nodes failed (or none refused), or else a
 // *driver.LockedError with a retry hint.
 func (d *Driver) refusal(ctx context.Context, req driver.AcquireRequest, ans []answer, took time.Duration) error {
-	answered, refused := 0, 0
+	answered, refused, pending := 0, 0, 0
 	var firstErr, badErr error
 	var token uint64
 	for _, a := range ans {
 		switch {
+		case !a.done:
+			// Still answering: undone in the background (undoLate).
+			pending++
 		case a.err == nil:
 			answered++
 		case errors.Is(a.err, driver.ErrLocked):
@@ -455,9 +479,11 @@ func (d *Driver) refusal(ctx context.Context, req driver.AcquireRequest, ans []a
 	if badErr != nil {
 		return fmt.Errorf("quorum: acquire: %w", badErr)
 	}
+	// Too many nodes failed for a majority to grant whatever the others
+	// said: an error. Otherwise a refusal kept the majority out: held.
 	n := len(d.nodes)
-	if answered < d.quorum || refused == 0 {
-		return ctxerr.Wrap(ctx, "quorum: acquire", fmt.Errorf("only %d of %d nodes answered, a quorum is %d: %w", answered, n, d.quorum, firstErr))
+	if failed := n - answered - pending; failed > n-d.quorum || refused == 0 {
+		return ctxerr.Wrap(ctx, "quorum: acquire", fmt.Errorf("%d of %d nodes failed, a quorum is %d: %w", failed, n, d.quorum, firstErr))
 	}
 	return &driver.LockedError{RetryAfter: d.retryAfter(ans, took), Token: token}
 }

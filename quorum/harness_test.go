@@ -118,6 +118,10 @@ func quorumURL(nodes []*testNode, query string) string {
 // openQuorum opens a quorum driver over nodes whose node drivers can be
 // killed (see killable), as a separate process would.
 func openQuorum(ctx context.Context, nodes []*testNode) (*quorum.Driver, error) {
+	return openQuorumWith(ctx, nodes, testNodeTimeout)
+}
+
+func openQuorumWith(ctx context.Context, nodes []*testNode, nodeTimeout time.Duration) (*quorum.Driver, error) {
 	var ds []driver.Driver
 	for _, n := range nodes {
 		d, err := dlock.OpenDriver(ctx, n.url)
@@ -129,23 +133,25 @@ func openQuorum(ctx context.Context, nodes []*testNode) (*quorum.Driver, error) 
 		}
 		ds = append(ds, &killable{Driver: d})
 	}
-	return quorum.New(ds, &quorum.Options{NodeTimeout: testNodeTimeout})
+	return quorum.New(ds, &quorum.Options{NodeTimeout: nodeTimeout})
 }
 
 // harness runs the conformance suite over a quorum of nodes.
 type harness struct {
-	nodes []*testNode
-	ttl   time.Duration
+	nodes       []*testNode
+	ttl         time.Duration
+	nodeTimeout time.Duration
 }
 
 func newHarness(nodes func(t testing.TB) []*testNode) locktest.NewHarness {
 	return func(ctx context.Context, t testing.TB) (locktest.Harness, error) {
-		h := &harness{nodes: nodes(t), ttl: time.Second}
+		h := &harness{nodes: nodes(t), ttl: time.Second, nodeTimeout: testNodeTimeout}
 		for _, n := range h.nodes {
 			if n.kind == "sqlite" && raceEnabled {
 				// Under -race SQLite is some 30 times slower (see
-				// sqlitelock's harness).
-				h.ttl = 2 * time.Second
+				// sqlitelock's harness): one statement can take most of
+				// a second on a loaded machine.
+				h.ttl, h.nodeTimeout = 2*time.Second, 600*time.Millisecond
 			}
 		}
 		return h, nil
@@ -153,7 +159,7 @@ func newHarness(nodes func(t testing.TB) []*testNode) locktest.NewHarness {
 }
 
 func (h *harness) NewDriver(ctx context.Context) (driver.Driver, error) {
-	return openQuorum(ctx, h.nodes)
+	return openQuorumWith(ctx, h.nodes, h.nodeTimeout)
 }
 
 // Kill cuts every node driver off at once: no call reaches a node again,

@@ -71,15 +71,26 @@ func (d *Driver) release(ctx context.Context, l driver.Lease, h *handle) (int, e
 			notHeld++ // never granted there
 		}
 	}
-	results := fanout(d, ctx, d.timeoutFor(l.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (int, error) {
+	// Bounded by the node timeout, not by ctx: the releases still running
+	// when the outcome is known (or ctx ends) run to their end.
+	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(l.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (int, error) {
 		return nd.Release(ctx, *leases[i])
 	})
 	remaining, held := 0, 0
 	var firstErr error
 	// Return once the outcome is known; a hung node's release goes on in
 	// the background.
+collect:
 	for k := 0; k < len(which) && held < d.quorum && notHeld <= n-d.quorum; k++ {
-		r := <-results
+		var r result[int]
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			if firstErr == nil {
+				firstErr = ctx.Err()
+			}
+			break collect
+		}
 		switch {
 		case r.err == nil:
 			held++
@@ -162,7 +173,10 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 		}
 	}
 	timeout := max(d.timeoutFor(shortest), shortest/3)
-	results := fanout(d, ctx, timeout, which, func(ctx context.Context, i int, nd driver.Driver) ([]error, error) {
+	// Bounded by the node timeout, not by ctx: a slow node's renewal still
+	// running when every lease's fate is known runs to its end, so that
+	// node keeps its part of the lease.
+	results := fanout(d, context.WithoutCancel(ctx), timeout, which, func(ctx context.Context, i int, nd driver.Driver) ([]error, error) {
 		return nd.Renew(ctx, perNode[i])
 	})
 	var firstErr error
@@ -176,8 +190,17 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	}
 	// Return once every lease's fate is known; a hung node's renewal goes
 	// on in the background.
+collect:
 	for k := 0; k < len(which) && undecided > 0; k++ {
-		r := <-results
+		var r result[[]error]
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			if firstErr == nil {
+				firstErr = ctx.Err()
+			}
+			break collect
+		}
 		if r.err == nil && len(r.v) != len(perNode[r.i]) {
 			r.err = fmt.Errorf("%s: renew returned %d results for %d leases", d.nodes[r.i].name, len(r.v), len(perNode[r.i]))
 		}

@@ -26,7 +26,7 @@
 // (Grant.Sent), and the dlock package releases a grant that comes back
 // after it. Otherwise the acquire is undone on every node that granted it or
 // whose reply was lost, and reported as held (ErrLocked, with a retry hint)
-// or, when fewer than a majority answered, as an error. Once a majority
+// or, when more than N − majority nodes failed, as an error. Once a majority
 // granted, the other nodes get as long again as the majority took; later
 // answers are handled in the background (a late grant joins the lease, or is
 // released if the lease was released meanwhile, so that no release
@@ -40,9 +40,9 @@
 //
 // Each node keeps its own fencing counter. The token of a grant is the
 // largest token among the granting nodes, and before the grant is returned
-// every node that answered the acquire has its counter raised to at least
-// the token (driver.FenceRaiser), of which every granting node must confirm
-// it or the granting nodes that did must still be a majority. Any two
+// the granting nodes below it have their counters raised to at least the
+// token (driver.FenceRaiser): the granting nodes that have it must be a
+// majority (the other nodes are raised in the background). Any two
 // majorities intersect, so the next grant of the name is granted, on some
 // node, after this grant ended there and after that node's counter reached
 // this token: its token is larger. docs/quorum.md has the proof, and the

@@ -372,3 +372,33 @@ func TestLostWhenMajorityLost(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrLeaseLost and ErrSessionLost", l.Err())
 	}
 }
+
+// TestSlowNodeReleased: a node slower than the others still gets the
+// lease's release after Unlock has returned (on the majority's answers),
+// whether it had granted by then or not.
+func TestSlowNodeReleased(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bs, ds := memNodes(t, 3)
+	q := newMemQuorum(t, ds)
+	c := dlock.New(q, &dlock.Options{TTL: time.Minute})
+	defer c.Close()
+	ds[0].DelayCalls(300 * time.Millisecond)
+	for _, name := range []string{"slow-early", "slow-late"} {
+		l, err := c.NewMutex(name, nil).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "slow-late" {
+			// Unlock only once the slow node has granted too.
+			testwait.Until(t, 10*time.Second, "the slow node's grant", func() bool {
+				o, _ := bs[0].Holder(name)
+				return o == l.Owner()
+			})
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		allFree(t, bs, name)
+	}
+}

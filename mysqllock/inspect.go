@@ -10,7 +10,8 @@ import (
 
 // Inspect implements driver.Inspector. It lists the names in the lock table
 // that start with prefix. In ModeLease a row is held while its lock_until is
-// in the future. In ModeGetLock a name is held while IS_USED_LOCK reports a
+// in the future, or, when its lease ran out unreleased, its delay_until:
+// ExpiresIn is the time until the lock can be taken (lease plus lock-delay). In ModeGetLock a name is held while IS_USED_LOCK reports a
 // holder; in ModeRowLock while its row is locked (found with FOR UPDATE SKIP
 // LOCKED, which for an instant conflicts with a concurrent NOWAIT attempt on
 // the same row). Session-bound holders report ExpiresIn -1 and Count 1 (the

@@ -279,8 +279,9 @@ func (d *leases) renewKindChunk(ctx context.Context, ls []driver.Lease, idx []in
 }
 
 // Withdraw implements driver.Withdrawer: it deletes the mark req.Owner
-// left as a waiting writer of req.Name. Readers it held back were told
-// its time left as their retry hint.
+// left as a waiting writer of req.Name, and wakes this driver's waiters of
+// the name (readers in other processes were told the mark's time left as
+// their retry hint).
 func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error {
 	if err := d.base.Ready(ctx); err != nil {
 		return err
@@ -292,6 +293,8 @@ func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error 
 		"{O}", hexLit(req.Owner), "{KIND}", itoa(sqlcommon.KindMark))); err != nil {
 		return ctxerr.Wrap(ctx, "mysqllock: withdraw", err)
 	}
+	// Readers the mark held back in this process may go in now.
+	d.watches.WakeAll(req.Name)
 	return nil
 }
 

@@ -20,8 +20,10 @@ func TestKinds(t *testing.T)     { sqltest.Kinds(t, leaseOpener(t)) }
 func TestKindWakes(t *testing.T) { sqltest.KindWakes(t, leaseOpener(t)) }
 
 func TestReadersWakeTogether(t *testing.T) { sqltest.ReadersWakeTogether(t, leaseOpener(t)) }
-func TestMulti(t *testing.T)               { sqltest.Multi(t, leaseOpener(t)) }
-func TestRaiseFence(t *testing.T)          { sqltest.RaiseFence(t, leaseOpener(t)) }
+
+func TestWithdrawWakes(t *testing.T) { sqltest.WithdrawWakes(t, leaseOpener(t)) }
+func TestMulti(t *testing.T)         { sqltest.Multi(t, leaseOpener(t)) }
+func TestRaiseFence(t *testing.T)    { sqltest.RaiseFence(t, leaseOpener(t)) }
 
 // TestSessionModesRefuseKinds: the session modes hold mutexes only; a
 // kind asked of them directly is refused with ErrUnsupported, as is a

@@ -149,8 +149,10 @@ func newQueries(table string) queries {
 
 	q.ping = "SET SESSION wait_timeout = {WT}"
 
+	// A lock is held, for status, until it can be taken: to the end of its
+	// lease, or of its lock-delay once the lease ran out unreleased.
 	q.inspect = r.Replace("SELECT name, owner, fence, `count`, " +
-		"IF(`count` > 0 AND lock_until > UTC_TIMESTAMP(6), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lock_until), 0) " +
+		"IF(`count` > 0 AND GREATEST(lock_until, delay_until) > UTC_TIMESTAMP(6), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), GREATEST(lock_until, delay_until)), 0) " +
 		"FROM $T WHERE LEFT(name, LENGTH({P})) = {P} ORDER BY name")
 	q.inspectRow = r.Replace("SELECT name FROM $T_rowlock WHERE LEFT(name, LENGTH({P})) = {P} FOR UPDATE SKIP LOCKED")
 	q.hasFloor = r.Replace("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = '$T' AND COLUMN_NAME = 'fence_floor'")

@@ -11,7 +11,8 @@ import (
 
 // Inspect implements driver.Inspector. It lists the names in the lock table
 // that start with prefix. In ModeLease a row is held while its lock_until is
-// in the future. In ModeAdvisory a name is held while pg_locks shows its
+// in the future, or, when its lease ran out unreleased, its delay_until:
+// ExpiresIn is the time until the lock can be taken (lease plus lock-delay). In ModeAdvisory a name is held while pg_locks shows its
 // advisory key granted; in ModeRowLock while its row is locked (found with
 // FOR KEY SHARE SKIP LOCKED, which for an instant conflicts with a
 // concurrent NOWAIT attempt on the same row). Session-bound holders report

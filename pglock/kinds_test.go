@@ -21,8 +21,10 @@ func TestKinds(t *testing.T)     { sqltest.Kinds(t, leaseOpener(t)) }
 func TestKindWakes(t *testing.T) { sqltest.KindWakes(t, leaseOpener(t)) }
 
 func TestReadersWakeTogether(t *testing.T) { sqltest.ReadersWakeTogether(t, leaseOpener(t)) }
-func TestMulti(t *testing.T)               { sqltest.Multi(t, leaseOpener(t)) }
-func TestRaiseFence(t *testing.T)          { sqltest.RaiseFence(t, leaseOpener(t)) }
+
+func TestWithdrawWakes(t *testing.T) { sqltest.WithdrawWakes(t, leaseOpener(t)) }
+func TestMulti(t *testing.T)         { sqltest.Multi(t, leaseOpener(t)) }
+func TestRaiseFence(t *testing.T)    { sqltest.RaiseFence(t, leaseOpener(t)) }
 
 const kindTTL = 10 * time.Second
 

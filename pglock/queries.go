@@ -127,8 +127,10 @@ SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
 	q.rowPing = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
 	q.rowNotify = `SELECT pg_notify($1, $2)`
 
+	// A lock is held, for status, until it can be taken: to the end of its
+	// lease, or of its lock-delay once the lease ran out unreleased.
 	q.inspect = r.Replace(`SELECT name, owner, fence, count,
-	CASE WHEN count > 0 AND lock_until > now() THEN (extract(epoch FROM lock_until - now()) * 1e6)::bigint ELSE 0 END
+	CASE WHEN count > 0 AND GREATEST(lock_until, delay_until) > now() THEN (extract(epoch FROM GREATEST(lock_until, delay_until) - now()) * 1e6)::bigint ELSE 0 END
 FROM $T WHERE left(name, char_length($1)) = $1 ORDER BY name`)
 	q.inspectAdvisory = `SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`

@@ -10,8 +10,10 @@ import (
 
 // Inspect lists the locks whose names start with prefix, sorted by name
 // (and kind: a name's mutex, read/write lock and semaphore are listed
-// apart, see driver.LockInfo). A
-// lock whose lease has expired (even if still inside its lock-delay) is
+// apart, see driver.LockInfo). A mutex is reported held until it can be
+// taken: ExpiresIn is the lease's time left plus its lock-delay, and a
+// holder whose lease ran out unreleased is still shown while its
+// lock-delay keeps others out. A released lock, or one past both, is
 // reported free: no owner, count 0, ExpiresIn 0. Waiters is always -1:
 // SQLite does not know who polls.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {

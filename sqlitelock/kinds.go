@@ -197,7 +197,9 @@ WHERE name = ?1 AND grp = ?2 AND owner = ?3 AND kind = ?4 AND fence = ?5 AND `+n
 }
 
 // Withdraw implements driver.Withdrawer: it deletes the mark req.Owner
-// left as a waiting writer of req.Name's read/write lock, if any.
+// left as a waiting writer of req.Name's read/write lock, if any, and
+// wakes this driver's waiters of the name (readers in other processes
+// were told the mark's time left as their retry hint).
 func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error {
 	if d.closed.Load() {
 		return errClosed
@@ -209,6 +211,10 @@ func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error 
 	})
 	if err != nil {
 		return d.wrap(ctx, "withdraw", err)
+	}
+	if d.sig != nil {
+		// Readers the mark held back in this process may go in now.
+		d.sig.watches.WakeAll(req.Name)
 	}
 	return nil
 }

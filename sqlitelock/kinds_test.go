@@ -21,7 +21,9 @@ func TestKinds(t *testing.T)     { sqltest.Kinds(t, opener(t)) }
 func TestKindWakes(t *testing.T) { sqltest.KindWakes(t, opener(t)) }
 
 func TestReadersWakeTogether(t *testing.T) { sqltest.ReadersWakeTogether(t, opener(t)) }
-func TestMulti(t *testing.T)               { sqltest.Multi(t, opener(t)) }
+
+func TestWithdrawWakes(t *testing.T) { sqltest.WithdrawWakes(t, opener(t)) }
+func TestMulti(t *testing.T)         { sqltest.Multi(t, opener(t)) }
 func TestRaiseFence(t *testing.T) {
 	sqltest.RaiseFence(t, opener(t))
 }

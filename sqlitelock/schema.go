@@ -108,7 +108,9 @@ WHERE name = ?1 AND owner = ?2 AND (?3 = 0 OR fence = ?3) AND count = 1 AND ` + 
 	delay_until = CASE WHEN count > 1 THEN delay_until ELSE ` + nowMS + ` END
 WHERE name = ?1 AND owner = ?2 AND (?3 = 0 OR fence = ?3) AND count > 0 AND ` + nowMS + ` < lock_until
 RETURNING count`},
-		{&d.inspect, `SELECT name, owner, fence, count, lock_until - n.now
+		// Held, for status, until it can be taken: to the end of its
+		// lease, or of its lock-delay once the lease ran out unreleased.
+		{&d.inspect, `SELECT name, owner, fence, count, max(lock_until, delay_until) - n.now
 FROM ` + t + `, (SELECT ` + nowMS + ` AS now) AS n
 WHERE substr(name, 1, length(?1)) = ?1 ORDER BY name`},
 	}

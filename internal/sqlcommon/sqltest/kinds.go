@@ -416,6 +416,48 @@ func ReadersWakeTogether(t *testing.T, open Open) {
 	}
 }
 
+// WithdrawWakes: a reader held back by a waiting writer's mark, waiting in
+// the driver the writer withdraws through, is woken by the Withdraw.
+func WithdrawWakes(t *testing.T, open Open) {
+	d := mustOpen(t, open)
+	d2 := mustOpen(t, open)
+	t.Cleanup(func() { d.Close(); d2.Close() })
+	ctx := context.Background()
+	n := RandomName("withdraw")
+	ra, rb := kreq(n, "a", driver.Read), kreq(n, "b", driver.Read)
+	w := kreq(n, "w", driver.Write)
+	w.Waiting = true
+	ga := grant(t, d, ra)
+	refused(t, d2, w)
+	refused(t, d2, rb)
+	sub, err := d2.(driver.Notifier).Subscribe(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	testwait.Until(t, 20*time.Second, "the subscription to stay quiet for 1.5s while the reader holds", func() bool {
+		q := time.NewTimer(1500 * time.Millisecond)
+		defer q.Stop()
+		select {
+		case <-sub.C():
+			return false
+		case <-q.C:
+			return true
+		}
+	})
+	if err := d2.(driver.Withdrawer).Withdraw(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sub.C():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a reader held back by the mark was not woken within 10s of the Withdraw")
+	}
+	gb := grant(t, d2, rb)
+	release(t, d2, rb, gb, 0)
+	release(t, d, ra, ga, 0)
+}
+
 // Multi checks driver.MultiAcquirer: all names or none.
 func Multi(t *testing.T, open Open) {
 	d := mustOpen(t, open)

@@ -242,3 +242,47 @@ func TestRunKeyVariable(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusLockDelay: EXPIRES-IN is how long until the lock can be taken
+// if its holder neither renews nor releases it: the lease left plus the
+// lock-delay, on every backend with lock-delay; and a holder that vanished
+// (its lease expired unreleased) still shows as held while its lock-delay
+// keeps others out, so that wait does not call it free.
+func TestStatusLockDelay(t *testing.T) {
+	urls := backendURLs(t)
+	for _, be := range []string{"sqlite", "redis", "postgres", "mysql"} {
+		t.Run(be, func(t *testing.T) {
+			u := urls[be]
+			c := openClient(t, u)
+			ctx := context.Background()
+			// No renewal: the lease runs out after its TTL.
+			opts := &dlock.MutexOptions{TTL: 2 * time.Second, LockDelay: 4 * time.Second, RenewInterval: -1}
+			l, err := c.NewMutex("ld/a", opts).TryLock(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, ok := statusJSON(t, u, "ld/a")
+			if !ok || j.Owner != l.Owner() || j.ExpiresInMS == nil || *j.ExpiresInMS <= 2000 || *j.ExpiresInMS > 6000 {
+				t.Fatalf("held: %+v, want expires_in_ms in (2000, 6000]: the lease plus the lock-delay", j)
+			}
+			waitFor(t, "the lease to run out", 20*time.Second, func() bool { return l.ValidFor() <= 0 })
+			waitFor(t, "the server to expire the lease", 20*time.Second, func() bool {
+				_, err := openClient(t, u).NewMutex("ld/a", nil).TryLock(ctx)
+				var le interface{ Unwrap() error }
+				_ = le
+				return errors.Is(err, dlock.ErrLocked) && func() bool {
+					j, _ := statusJSON(t, u, "ld/a")
+					return j.ExpiresInMS != nil && *j.ExpiresInMS <= 4000
+				}()
+			})
+			j, ok = statusJSON(t, u, "ld/a")
+			if !ok || j.Owner == "" || j.ExpiresInMS == nil || *j.ExpiresInMS <= 0 {
+				t.Errorf("in its lock-delay: %+v, want still held with the delay's time left", j)
+			}
+			te := newTestEnv(nil)
+			if code := te.run("wait", "--url", u, "--wait", "0", "ld/a"); code != exitNotAcquired {
+				t.Errorf("wait in the lock-delay: exit %d, want 75", code)
+			}
+		})
+	}
+}

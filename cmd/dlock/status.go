@@ -24,12 +24,15 @@ on the backend, with their holder and last fencing token:
   NAME        the lock's name
   TYPE        mutex, rwlock (a read/write lock: dlock run --shared or
               --exclusive) or semaphore/N (N permits: dlock run --permits N)
-  HOLDER      the holder's owner id, shortened to 12 characters; for a
+  HOLDER      the holder's owner id, shortened to 12 characters (a foreign
+              client's session, etcd-lease:ID or zk-session:ID); for a
               read/write lock held by readers "N readers", for a semaphore
               "H of N" permits taken ("-" if free)
   TOKEN       the last fencing token granted for the name and type
-  EXPIRES-IN  the holder's remaining lease, the longest of several holders'
-              ("-" if free or unknown, as on session-bound backends)
+  EXPIRES-IN  how long until the lock can be taken if its holder neither
+              renews nor releases it: the remaining lease plus any
+              lock-delay, the longest of several holders' ("-" if free or
+              unknown, as on session-bound backends)
   WAITERS     processes waiting for it ("-" where the backend cannot tell)
 
 A name used as a mutex, a read/write lock and a semaphore is listed once per

@@ -309,6 +309,20 @@ type Inspector interface {
 	Inspect(ctx context.Context, prefix string) ([]LockInfo, error)
 }
 
+// Breaker is implemented by drivers whose grants live in a client's own
+// session (etcd, ZooKeeper), which another client cannot end through
+// Release, but whose backend lets any client remove a grant. It serves an
+// operator's break-glass ("dlock release --force").
+type Breaker interface {
+	// Break ends the mutex grant of name whose fencing token is token,
+	// whoever holds it (a foreign client's too), atomically on the server:
+	// only if that grant still holds the lock, so a newer holder is never
+	// touched. It returns an error wrapping ErrNotHeld when the lock is
+	// free or held by another grant. The holder learns of it at its next
+	// renewal or through its loss notification; no lock-delay follows.
+	Break(ctx context.Context, name string, token uint64) error
+}
+
 // NameChecker is implemented by drivers with rules for names beyond the
 // dlock package's own. CheckName returns an error describing what is wrong.
 type NameChecker interface {

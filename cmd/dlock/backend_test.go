@@ -90,8 +90,9 @@ func statusJSON(t *testing.T, rawURL, name string) (lockJSON, bool) {
 // a held lock shows its owner, token and hold count, a time left within its
 // TTL or null where the backend cannot tell (session-bound), waiters or
 // null; a released lock shows no owner, a zero time left, and its last
-// token where the backend keeps a record of it. release --force frees it
-// where the backend lets another client, and says why not elsewhere.
+// token where the backend keeps a record of it. release --force refuses a
+// wrong token and frees it with the right one on every backend, and the
+// holder learns that its lease is gone.
 func TestStatusEveryBackend(t *testing.T) {
 	urls := backendURLs(t)
 	for _, be := range []string{"sqlite", "redis", "redlock", "etcd", "zk", "postgres", "mysql"} {
@@ -115,20 +116,17 @@ func TestStatusEveryBackend(t *testing.T) {
 			}
 
 			te := newTestEnv(nil)
+			if code := te.run("release", "--force", "--url", u, "st/a", "--token", itoa(l.Token()+1)); code != exitNothingReleased {
+				t.Fatalf("release --force with a wrong token: exit %d: %s", code, te.stderr.String())
+			}
+			te = newTestEnv(nil)
 			code := te.run("release", "--force", "--url", u, "st/a", "--token", itoa(l.Token()))
-			switch code {
-			case 0:
-				waitFor(t, "the holder to learn its lease is gone", 20*time.Second, func() bool {
-					return l.Extend(ctx, 30*time.Second) != nil
-				})
-			case exitNothingReleased:
-				t.Logf("release --force refused: %s", te.stderr.String())
-				if err := l.Unlock(ctx); err != nil {
-					t.Fatal(err)
-				}
-			default:
+			if code != 0 {
 				t.Fatalf("release --force: exit %d: %s", code, te.stderr.String())
 			}
+			waitFor(t, "the holder to learn its lease is gone", 20*time.Second, func() bool {
+				return l.Extend(ctx, 30*time.Second) != nil
+			})
 			j, ok = statusJSON(t, u, "st/a")
 			if ok && (j.Owner != "" || j.Count != 0 || j.ExpiresInMS == nil || *j.ExpiresInMS != 0 || (j.Token != 0 && j.Token != l.Token())) {
 				t.Errorf("released: %+v, want no owner, count 0, expires_in_ms 0, token %d or 0", j, l.Token())
@@ -181,7 +179,7 @@ func startForeign(t *testing.T, marker string, name string, args ...string) {
 // TestStatusForeignHolders: a lock held by another client library (etcdctl
 // lock, Python kazoo), which stores no dlock owner, shows as held, with a
 // stand-in owner naming the holder's session, its token and no expiry; wait
-// does not call it free.
+// does not call it free; release --force with its token frees it.
 func TestStatusForeignHolders(t *testing.T) {
 	etcd := testserver.Etcd(t, 1)
 	zk := testserver.ZooKeeper(t, 1)
@@ -208,6 +206,14 @@ func TestStatusForeignHolders(t *testing.T) {
 			}
 			if _, err := openClient(t, tc.url).NewMutex("st/held", nil).TryLock(context.Background()); !errors.Is(err, dlock.ErrLocked) {
 				t.Errorf("TryLock of a lock %s holds: %v, want ErrLocked", tc.name, err)
+			}
+			// Break-glass: the foreign holder's grant is removed by its token.
+			te = newTestEnv(nil)
+			if code := te.run("release", "--force", "--url", tc.url, "st/held", "--token", itoa(j.Token)); code != 0 {
+				t.Fatalf("release --force of %s's lock: exit %d: %s", tc.name, code, te.stderr.String())
+			}
+			if _, err := openClient(t, tc.url).NewMutex("st/held", nil).TryLock(context.Background()); err != nil {
+				t.Errorf("TryLock after release --force of %s's lock: %v", tc.name, err)
 			}
 		})
 	}

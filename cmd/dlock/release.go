@@ -26,11 +26,12 @@ finds the lease gone, and "dlock run" then stops its command (exit 76).
 --type rwlock frees the writer of NAME's read/write lock. Read holders and
 semaphore permits have no single token to name and are not released.
 
-Backends whose grants live in a client's own session (etcd, ZooKeeper, and
-PostgreSQL and MySQL in their session modes) let only that client release
-them; release --force refuses there and says so (etcd and ZooKeeper: delete
-the holder's key or node, which "dlock status" cannot show; or end the
-holder's process).
+On etcd and ZooKeeper, where a grant lives in its client's session, the
+holder's key or node is deleted in one step that checks the token (a
+foreign holder's, such as etcdctl lock's or kazoo's, too). PostgreSQL and
+MySQL in their session modes let only the holder's own connection release
+it: release --force refuses there and says so (end the holder's process or
+connection instead).
 
 Exit codes:
   0    released; stdout says what
@@ -109,6 +110,7 @@ func forceRelease(cmd *cobra.Command, e *env, src *urlFlags, name, typ string, t
 	if typ == "rwlock" {
 		kind = driver.Write
 	}
+	breaker, _ := d.(driver.Breaker)
 	released := 0
 	var owner string
 	for released < maxForcedHolds {
@@ -128,12 +130,23 @@ func forceRelease(cmd *cobra.Command, e *env, src *urlFlags, name, typ string, t
 			return exitf(exitNothingReleased, "release: lock %q (%s) is held with token %d, not %d; nothing released", name, typ, li.Token, token)
 		case li.Owner == "":
 			return exitf(exitNothingReleased, "release: lock %q (%s) is held by readers or by a client whose owner id the backend does not show; nothing released", name, typ)
+		case kind == driver.Exclusive && breaker != nil:
+			// A session-bound grant: the backend removes it by its token.
+			owner = li.Owner
+			err := breaker.Break(ctx, name, token)
+			switch {
+			case errors.Is(err, dlock.ErrNotHeld):
+				return exitf(exitNothingReleased, "release: %s; nothing released", trimDlock(err))
+			case err != nil:
+				return &exitError{code: exitUnavailable, err: fmt.Errorf("release %q: %w", name, err)}
+			}
+			released = li.Count
 		default:
 			owner = li.Owner
 			remaining, err := d.Release(ctx, driver.Lease{Name: name, Owner: owner, Token: token, Kind: kind, TTL: max(li.ExpiresIn, 0)})
 			switch {
 			case errors.Is(err, dlock.ErrNotHeld) && released == 0:
-				return exitf(exitNothingReleased, "release: the backend refused to release %q for owner %s: %s; nothing released (on etcd, ZooKeeper and session modes only the holder's own client can release)",
+				return exitf(exitNothingReleased, "release: the backend refused to release %q for owner %s: %s; nothing released (in PostgreSQL's and MySQL's session modes only the holder's own connection can release)",
 					name, owner, trimDlock(err))
 			case errors.Is(err, dlock.ErrNotHeld):
 				// The remaining holds ended meanwhile.

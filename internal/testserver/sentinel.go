@@ -33,7 +33,11 @@ type SentinelOptions struct {
 	// password. It is not put in the URL.
 	Password string
 	// DownAfter is the sentinels' down-after-milliseconds: how long the
-	// master must not answer before a failover starts (default 1s).
+	// master must not answer before a failover starts (default 2s). Keep it
+	// above a second, the sentinels' PING period: with 1s, a loaded machine
+	// makes Sentinel fail over a live master right after a promotion (seen
+	// under -race: +sdown of the new master one second after
+	// +switch-master), which no test asked for.
 	DownAfter time.Duration
 	// FailoverTimeout is the sentinels' failover-timeout (default 2s): a
 	// failover not done in this time is retried by another sentinel after
@@ -43,7 +47,7 @@ type SentinelOptions struct {
 
 // SentinelSet is a Redis master with its replicas (all redis-server on
 // loopback, no persistence) watched by three redis-sentinel processes that
-// agree with a quorum of 2. Nodes[0] starts as the master. KillMaster,
+// agree with a quorum of 2 (down-after 2s). Nodes[0] starts as the master. KillMaster,
 // AwaitPromotion and Failover act out a master's crash and Sentinel's
 // promotion of a replica; the killed node comes back, empty, as a replica of
 // the new master. Its methods are safe for concurrent use.
@@ -85,7 +89,7 @@ func RedisSentinel(t testing.TB, o *SentinelOptions) *SentinelSet {
 // once every sentinel names the master, knows every replica and sees the
 // other two sentinels. The caller must Stop it.
 func StartRedisSentinel(o *SentinelOptions) (*SentinelSet, error) {
-	opt := SentinelOptions{Replicas: 2, DownAfter: time.Second, FailoverTimeout: 2 * time.Second}
+	opt := SentinelOptions{Replicas: 2, DownAfter: 2 * time.Second, FailoverTimeout: 2 * time.Second}
 	if o != nil {
 		opt.Password = o.Password
 		if o.Replicas > 0 {
@@ -454,6 +458,22 @@ func flatMap(v any) map[string]string {
 		}
 	}
 	return out
+}
+
+// Failovers returns how many failovers have ended since the set started:
+// the most "+switch-master" lines any sentinel has logged. A count above the
+// failovers a test caused means Sentinel failed over on its own (a master
+// that did not answer PING within DownAfter, as on a badly overloaded
+// machine).
+func (s *SentinelSet) Failovers() int {
+	n := 0
+	for _, m := range s.Sentinels {
+		b, err := os.ReadFile(m.logPath)
+		if err == nil {
+			n = max(n, strings.Count(string(b), "+switch-master "))
+		}
+	}
+	return n
 }
 
 // KillMaster kills (SIGKILL) the node the sentinels name as master and

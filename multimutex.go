@@ -302,8 +302,10 @@ func (ml *MultiLease) partEnded(p *Lease) {
 	}
 	ml.err = err
 	ml.mu.Unlock()
-	close(ml.done)
+	// Cancel before closing done, as a Lease does: a caller woken by Done
+	// reads the cause from Context at once.
 	ml.cancel(err)
+	close(ml.done)
 	unlockAll(ml.parts)
 }
 
@@ -419,7 +421,9 @@ func (ml *MultiLease) Unlock(ctx context.Context) error {
 	ml.mu.Lock()
 	ml.err = end
 	ml.mu.Unlock()
-	close(ml.done)
+	// Cancel before closing done, as a Lease does: a caller woken by Done
+	// reads the cause from Context at once.
 	ml.cancel(end)
+	close(ml.done)
 	return first
 }

@@ -263,11 +263,11 @@ func (d *Driver) liveReentry(req driver.AcquireRequest, ans []answer) (token uin
 	return token, count, true
 }
 
-// raise makes sure the granting nodes have a counter of at least token
-// before the grant is returned: granting nodes whose own token is the token
-// have it already, the others are raised, and raise waits for them; a
-// majority of the granting nodes must have the token. Every other node that
-// answered (a refusal, a lost reply) is raised in the background, as late
+// raise makes sure a majority of the granting nodes have a counter of at
+// least token before the grant is returned: granting nodes whose own token
+// is the token have it already; the others are raised, and raise waits
+// until enough of them confirmed. The rest, and every other node that
+// answered (a refusal, a lost reply), are raised in the background, as late
 // answers are (see lateAnswers): their counters matter only after a node
 // loses its own (see docs/quorum.md).
 func (d *Driver) raise(ctx context.Context, req driver.AcquireRequest, token uint64, ans []answer, timeout time.Duration) error {
@@ -296,7 +296,9 @@ func (d *Driver) raise(ctx context.Context, req driver.AcquireRequest, token uin
 	}
 	results := fanout(d, context.WithoutCancel(ctx), timeout, wait, raiseTo)
 	var firstErr error
-	for range wait {
+	// Wait only until a majority of the granting nodes has the token; the
+	// other raises finish in the background.
+	for k := 0; k < len(wait) && have < d.quorum; k++ {
 		var r result[struct{}]
 		select {
 		case r = <-results:

@@ -40,9 +40,10 @@
 //
 // Each node keeps its own fencing counter. The token of a grant is the
 // largest token among the granting nodes, and before the grant is returned
-// the granting nodes below it have their counters raised to at least the
-// token (driver.FenceRaiser): the granting nodes that have it must be a
-// majority (the other nodes are raised in the background). Any two
+// a majority of the granting nodes must have a counter of at least the token:
+// when those whose own token it is are fewer, others are raised to it
+// (driver.FenceRaiser) until enough confirmed; every other node is raised in
+// the background. Any two
 // majorities intersect, so the next grant of the name is granted, on some
 // node, after this grant ended there and after that node's counter reached
 // this token: its token is larger. docs/quorum.md has the proof, and the

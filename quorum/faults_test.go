@@ -112,6 +112,40 @@ func TestOneOfThreeDownStillGrants(t *testing.T) {
 	}
 }
 
+// TestOpenWithANodeDown: a quorum: URL opens with one node of three down;
+// the node joins once it is back.
+func TestOpenWithANodeDown(t *testing.T) {
+	t.Parallel()
+	nodes := redisNodes(t, 3)
+	if err := nodes[2].srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := dlock.Open(context.Background(), quorumURL(nodes, "node_timeout=400ms&ttl=1s&wait_max=100ms"))
+	if err != nil {
+		t.Fatalf("Open with one node of three down: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	name := "open-one-down"
+	var log tokenLog
+	unlock(t, lock(t, c, name, &log, "node 2 down"))
+	if err := nodes[2].srv.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := dlock.OpenDriver(context.Background(), nodes[2].url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	round := 0
+	testwait.Until(t, 20*time.Second, "a grant on the node that was down at open", func() bool {
+		round++
+		l := lock(t, c, name, &log, fmt.Sprintf("node 2 back, round %d", round))
+		defer unlock(t, l)
+		infos, err := probe.(driver.Inspector).Inspect(context.Background(), name)
+		return err == nil && len(infos) > 0 && infos[0].Owner == l.Owner()
+	})
+}
+
 func TestTwoOfThreeDownNeverGrants(t *testing.T) {
 	t.Parallel()
 	nodes := redisNodes(t, 3)

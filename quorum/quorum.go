@@ -196,7 +196,7 @@ func build(drivers []driver.Driver, o *Options) (*Driver, error) {
 			}
 		}
 		if _, ok := nd.(driver.FenceRaiser); !ok {
-			return nil, fmt.Errorf("quorum: %s cannot raise its fencing counter (no driver.FenceRaiser), so tokens could not be kept increasing across nodes; use nodes whose tokens are counters (Redis, PostgreSQL, SQLite, mem), not server revisions (etcd, ZooKeeper): %w", name, driver.ErrUnsupported)
+			return nil, fmt.Errorf("quorum: %s cannot raise its fencing counter (no driver.FenceRaiser), so tokens could not be kept increasing across nodes; use nodes whose tokens are counters (Redis, PostgreSQL, MySQL, SQLite, mem), not server revisions (etcd, ZooKeeper): %w", name, driver.ErrUnsupported)
 		}
 		d.nodes = append(d.nodes, &node{d: nd, name: name})
 	}

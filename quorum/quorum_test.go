@@ -292,7 +292,7 @@ func TestOpenURL(t *testing.T) {
 		{"same server", "quorum:?" + mem(0) + "&" + node("redis://u:"+pw+"@127.0.0.1:1/0") + "&" + node("redis://127.0.0.1:1/1"), driver.ErrInvalid, "node 2 (redis://127.0.0.1:1/1) is the same as node 1 (redis://u:xxxxx@127.0.0.1:1/0)"},
 		{"client parameter on a node", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node(fmt.Sprintf("mem://open-%d-3?ttl=1s", seq)), driver.ErrInvalid, "ttl"},
 		{"node without FenceRaiser", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node("nofence-test://x"), driver.ErrUnsupported, "node 2 (nofence-test://x"},
-		{"unreachable node with a password", "quorum:?" + mem(0) + "&" + mem(1) + "&" + node("redis://u:"+pw+"@127.0.0.1:1/0"), nil, "node 2 (redis://u:xxxxx@127.0.0.1:1/0)"},
+		{"two unreachable nodes with a password", "quorum:?" + mem(0) + "&" + node("redis://u:"+pw+"@127.0.0.1:1/0") + "&" + node("redis://u:"+pw+"@127.0.0.1:2/0"), nil, "2 of 3 nodes could not be opened, a quorum is 2: node 1 (redis://u:xxxxx@127.0.0.1:1/0)"},
 	}
 	for _, tc := range cases {
 		c, err := dlock.Open(ctx, tc.url)

@@ -23,15 +23,22 @@ func init() {
 	dlock.Register(Scheme, OpenURL)
 }
 
+// noFence lists the registered schemes whose drivers cannot raise their
+// fencing counter, so that such a node is refused even when it is down at
+// open.
+var noFence = map[string]bool{"etcd": true, "etcds": true, "zk": true, "zks": true}
+
 // OpenURL opens a driver for quorum:?node=URL1&node=URL2&node=URL3, one
 // node= parameter per node, each the node's own dlock URL query-escaped
 // (url.QueryEscape), of any registered scheme whose driver can raise its
 // fencing counter; import each node's driver package. Each node is opened
 // through the registry (dlock.OpenDriver) and closed by the driver's Close.
 // Parameter node_timeout sets Options.NodeTimeout; the Client's parameters
-// (ttl, lock_delay, …) go on the quorum: URL, not on a node's. Every node
-// must open (a node's opener connects, or fails): a node down at open time
-// fails the open, naming it.
+// (ttl, lock_delay, …) go on the quorum: URL, not on a node's. A majority
+// of nodes must open (a node's opener connects, or fails); a node that
+// cannot be reached counts as a failing node, and calls try to open it
+// again (at most once a second) until it opens. Fewer than a majority fails
+// the open, naming the nodes.
 //
 // Bad input is refused with an error wrapping driver.ErrInvalid that names
 // the node at fault: fewer than 3 nodes, a node URL that does not parse or
@@ -66,22 +73,37 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 			continue
 		}
 		err = fmt.Errorf("node %d (%s): %w", i, names[i], openurl.ScrubError(err, openurl.SecretsOf(raws[i])))
-		if errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrUnsupported) {
+		nu, _ := url.Parse(raws[i])
+		switch {
+		case errors.Is(err, driver.ErrInvalid) || errors.Is(err, driver.ErrUnsupported):
 			bad = append(bad, err)
-		} else {
+		case noFence[strings.ToLower(nu.Scheme)]:
+			bad = append(bad, fmt.Errorf("node %d (%s): %s nodes cannot raise their fencing counter (their tokens are server revisions): %w", i, names[i], nu.Scheme, driver.ErrUnsupported))
+		default:
 			down = append(down, err)
 		}
 	}
-	if len(bad)+len(down) > 0 {
+	closeAll := func() {
 		for _, d := range drivers {
 			if d != nil {
 				_ = d.Close()
 			}
 		}
-		if len(bad) > 0 {
-			return nil, fmt.Errorf("quorum: %w", errors.Join(bad...))
+	}
+	if len(bad) > 0 {
+		closeAll()
+		return nil, fmt.Errorf("quorum: %w", errors.Join(bad...))
+	}
+	if quorum := len(raws)/2 + 1; len(raws)-len(down) < quorum {
+		closeAll()
+		return nil, fmt.Errorf("quorum: %d of %d nodes could not be opened, a quorum is %d: %w", len(down), len(raws), quorum, errors.Join(down...))
+	}
+	// A majority opened: the others count as failing nodes until a call
+	// manages to open them.
+	for i, err := range errs {
+		if err != nil {
+			drivers[i] = newLazyNode(raws[i], names[i], openurl.ScrubError(err, openurl.SecretsOf(raws[i])))
 		}
-		return nil, fmt.Errorf("quorum: %d of %d nodes could not be opened: %w", len(down), len(raws), errors.Join(down...))
 	}
 	return New(drivers, o)
 }

@@ -409,7 +409,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 	c, done := d.conn()
 	defer done()
 	sent := time.Now()
-	errs, err := redisscript.Renew(ctx, c, items)
+	var rc redisscript.Pipeliner = c
+	if cc, ok := c.(connClient); ok {
+		rc = cc.conn // one connection, whose renewals go in chunks as on a *redis.Client
+	}
+	errs, err := redisscript.Renew(ctx, rc, items)
 	if err != nil {
 		return nil, ctxerr.Wrap(ctx, "redislock: renew", err)
 	}

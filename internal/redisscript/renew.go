@@ -26,8 +26,16 @@ type RenewItem struct {
 // many leases does not stall the server for long in one script.
 const renewChunk = 512
 
+// Pipeliner is what Renew needs of a client: any redis.UniversalClient, or
+// one *redis.Conn (so that a WAIT sent on it afterwards covers the
+// renewals).
+type Pipeliner interface {
+	redis.Scripter
+	Pipeline() redis.Pipeliner
+}
+
 // Renew extends every item on one server in one round trip: on a plain
-// *redis.Client the items go in chunks of multi-key script calls (mutexes
+// *redis.Client (or one *redis.Conn of it) the items go in chunks of multi-key script calls (mutexes
 // and writers in one script, readers and permits in another), on other
 // clients (cluster, ring) as one script call per item; either way in one
 // pipeline. After a flushed script cache it takes one more round trip.
@@ -35,13 +43,14 @@ const renewChunk = 512
 // errs[i] is nil when item i was renewed, wraps driver.ErrNotHeld when it is
 // not held, or is another error when its fate is unknown. err is non-nil
 // only when nothing could be sent.
-func Renew(ctx context.Context, c redis.UniversalClient, items []RenewItem) (errs []error, err error) {
+func Renew(ctx context.Context, c Pipeliner, items []RenewItem) (errs []error, err error) {
 	errs = make([]error, len(items))
 	if len(items) == 0 {
 		return errs, nil
 	}
 	chunk := 1
-	if _, single := c.(*redis.Client); single {
+	switch c.(type) {
+	case *redis.Client, *redis.Conn:
 		chunk = renewChunk
 	}
 	type call struct {

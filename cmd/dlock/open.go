@@ -24,14 +24,15 @@ var connectParams = map[string]struct {
 	name   string
 	format func(time.Duration) string
 }{
-	"etcd":       {"dial_timeout", time.Duration.String},    // etcdlock: default 5s
-	"etcds":      {"dial_timeout", time.Duration.String},    //
-	"zk":         {"connect_timeout", time.Duration.String}, // zklock: default 10s
-	"zks":        {"connect_timeout", time.Duration.String}, //
-	"redis":      {"dial_timeout", time.Duration.String},    // go-redis: default 5s
-	"rediss":     {"dial_timeout", time.Duration.String},    //
-	"postgres":   {"connect_timeout", ceilSeconds},          // libpq/pgx: whole seconds
-	"postgresql": {"connect_timeout", ceilSeconds},          //
+	"etcd":           {"dial_timeout", time.Duration.String},    // etcdlock: default 5s
+	"etcds":          {"dial_timeout", time.Duration.String},    //
+	"zk":             {"connect_timeout", time.Duration.String}, // zklock: default 10s
+	"zks":            {"connect_timeout", time.Duration.String}, //
+	"redis":          {"dial_timeout", time.Duration.String},    // go-redis: default 5s
+	"rediss":         {"dial_timeout", time.Duration.String},    //
+	"redis-sentinel": {"dial_timeout", time.Duration.String},    // go-redis failover client: default 5s
+	"postgres":       {"connect_timeout", ceilSeconds},          // libpq/pgx: whole seconds
+	"postgresql":     {"connect_timeout", ceilSeconds},          //
 }
 
 func ceilSeconds(d time.Duration) string {

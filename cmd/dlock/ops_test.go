@@ -424,13 +424,14 @@ func TestConnectTimeout(t *testing.T) {
 // driver reads, and never replaces the URL's own.
 func TestWithConnectTimeout(t *testing.T) {
 	for raw, want := range map[string]string{
-		"etcd://h:2379/p":                      "etcd://h:2379/p?dial_timeout=1.5s",
-		"zk://h:2181/r?acl=x":                  "zk://h:2181/r?acl=x&connect_timeout=1.5s",
-		"redis://h:6379/0":                     "redis://h:6379/0?dial_timeout=1.5s",
-		"postgres://u@h/db":                    "postgres://u@h/db?connect_timeout=2",
-		"etcd://h:2379/p?dial_timeout=9s":      "etcd://h:2379/p?dial_timeout=9s",
-		"sqlite:///tmp/x.db":                   "sqlite:///tmp/x.db",
-		"mysql://u@tcp(h:3306)/db?parseTime=1": "mysql://u@tcp(h:3306)/db?parseTime=1",
+		"etcd://h:2379/p":                        "etcd://h:2379/p?dial_timeout=1.5s",
+		"zk://h:2181/r?acl=x":                    "zk://h:2181/r?acl=x&connect_timeout=1.5s",
+		"redis://h:6379/0":                       "redis://h:6379/0?dial_timeout=1.5s",
+		"redis-sentinel://s1,s2/0?master_name=m": "redis-sentinel://s1,s2/0?master_name=m&dial_timeout=1.5s",
+		"postgres://u@h/db":                      "postgres://u@h/db?connect_timeout=2",
+		"etcd://h:2379/p?dial_timeout=9s":        "etcd://h:2379/p?dial_timeout=9s",
+		"sqlite:///tmp/x.db":                     "sqlite:///tmp/x.db",
+		"mysql://u@tcp(h:3306)/db?parseTime=1":   "mysql://u@tcp(h:3306)/db?parseTime=1",
 	} {
 		if got := withConnectTimeout(raw, 1500*time.Millisecond); got != want {
 			t.Errorf("withConnectTimeout(%q) = %q, want %q", raw, got, want)

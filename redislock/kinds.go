@@ -21,14 +21,31 @@ var (
 )
 
 // SupportsKind reports true for every kind: mutexes, both sides of
-// read/write locks, and semaphore permits (driver.Kinder).
-func (d *Driver) SupportsKind(k driver.Kind) bool { return redisscript.CheckKind(k) == nil }
+// read/write locks, and semaphore permits (driver.Kinder); in LayoutPlain
+// for mutexes only.
+func (d *Driver) SupportsKind(k driver.Kind) bool {
+	if d.plain {
+		return k == driver.Exclusive
+	}
+	return redisscript.CheckKind(k) == nil
+}
+
+// plainKind refuses a read, write or permit request in LayoutPlain.
+func (d *Driver) plainKind(k driver.Kind) error {
+	if d.plain {
+		return fmt.Errorf("redislock: a %v lock with layout=plain (foreign clients have none to share; use the dlock layout): %w", k, driver.ErrUnsupported)
+	}
+	return nil
+}
 
 // tryKind runs the acquire script of a read, write or permit request once.
 // A refused waiting Write leaves its waiting writer mark for req.TTL.
 func (d *Driver) tryKind(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if err := redisscript.CheckKind(req.Kind); err != nil {
 		return driver.Grant{}, fmt.Errorf("redislock: acquire: %w", err)
+	}
+	if err := d.plainKind(req.Kind); err != nil {
+		return driver.Grant{}, err
 	}
 	if req.Kind == driver.Permit && req.Permits < 1 {
 		return driver.Grant{}, fmt.Errorf("redislock: acquire %q: permit count %d is below 1: %w", req.Name, req.Permits, driver.ErrInvalid)
@@ -102,6 +119,9 @@ func (d *Driver) releaseKind(ctx context.Context, l driver.Lease) (int, error) {
 // writer's mark alive). A Write leaves its waiting writer mark while it
 // waits, and withdraws it when it gives up.
 func (d *Driver) acquireKind(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := d.plainKind(req.Kind); err != nil {
+		return driver.Grant{}, err
+	}
 	req.Waiting = true
 	sig := make(chan struct{}, 1)
 	var sub *redisscript.Sub
@@ -209,7 +229,11 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	defer d.gate.Exit()
 	ks := make([]redisscript.Keys, len(reqs))
 	for i, r := range reqs {
-		ks[i] = redisscript.KeysFor(d.prefix, r.Name)
+		k, err := d.mutexKeys(r.Name)
+		if err != nil {
+			return nil, err
+		}
+		ks[i] = k
 	}
 	c, done := d.conn()
 	defer done()

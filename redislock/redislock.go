@@ -48,6 +48,21 @@
 // that were completing while Close began included, before it closes its
 // connections.
 //
+// # Sharing locks with other Redis clients: layout=plain
+//
+// With Options.Layout LayoutPlain (URL parameter layout=plain) a mutex
+// lives at the key named N itself (key_prefix, empty by default, before
+// it), in the same value format, so that clients that lock a key with SET
+// key value NX PX and release it with a compare-and-delete (redis-py's
+// Lock, redsync, bsm/redislock, most hand-written locks) and dlock exclude
+// one another. dlock keeps its fencing counter, release channel and queue
+// beside the key in its hash slot ("{N}:fence", "{N}:rel", …, or "N:fence",
+// … when N has a hash tag), never overwrites the foreign client's key,
+// waits for it by its PTTL and by polling its deletion every 20-250ms (a
+// foreign release publishes nothing), and keeps tokens and lock-delay for
+// its own grants; see LayoutPlain for what a foreign client cannot give.
+// Read/write locks and semaphores are refused in that layout.
+//
 // # Guarantees and their limits
 //
 // Mutual exclusion holds as far as the Redis server's memory does: on one
@@ -98,6 +113,14 @@ type Options struct {
 	// (URL parameter key_prefix). It must not contain '{', '}', glob
 	// characters (*?[]\) or control characters. Default "dlock:".
 	KeyPrefix string
+	// Layout is where a mutex lives (URL parameter layout): LayoutDlock
+	// (the default) keeps it at KeyPrefix{name}, with its companions beside
+	// it; LayoutPlain keeps it at the key KeyPrefix+name itself, where
+	// clients that lock with SET key value NX PX and a compare-and-delete
+	// release (redis-py's Lock, redsync, bsm/redislock) keep theirs, so that
+	// dlock and they exclude one another. In LayoutPlain KeyPrefix defaults
+	// to "" and may be empty; see LayoutPlain for what changes.
+	Layout string
 	// MinReplicas, when above 0, makes every grant wait with WAIT until
 	// that many replicas acknowledged it (URL parameter min_replicas): the
 	// grant script and its WAIT run on one connection, so the lock's value
@@ -120,6 +143,31 @@ type Options struct {
 	ReplicaTimeout time.Duration
 }
 
+// Layouts (Options.Layout).
+const (
+	// LayoutDlock keeps a mutex at KeyPrefix{name}: every key of a lock
+	// carries the name as its hash tag (see redisscript.KeysFor).
+	LayoutDlock = "dlock"
+	// LayoutPlain keeps a mutex at the key KeyPrefix+name itself, in the
+	// same value format, with its fencing counter, release channel and
+	// waiter queue beside it in its hash slot (B:fence, B:rel, B:q, B:qd,
+	// where B is the key when it has a hash tag and {key} otherwise; see
+	// redisscript.PlainKeysFor). A foreign client's value at the key (any
+	// value dlock did not write) is a lock held by an unknown owner: never
+	// overwritten, waited for by its PTTL and its deletion (polled every
+	// 20-250ms, since foreign releases publish nothing). Foreign clients
+	// see dlock's value as held (SET NX fails), dlock's lock-delay
+	// included, and cannot delete it (their release compares their own
+	// token). What they cannot give: a foreign grant takes no token from
+	// dlock's counter (dlock's tokens still increase across it, but a
+	// foreign holder has none to fence with), has no lock-delay, wakes
+	// nobody on release, and ignores dlock's queue (it may take a free lock
+	// before dlock's first waiter). A key with braces that form no hash tag
+	// is refused as a name. Read/write locks and semaphores are not served
+	// (driver.ErrUnsupported): foreign clients have none to share.
+	LayoutPlain = "plain"
+)
+
 // Driver is a dlock driver over one go-redis client. It implements
 // driver.Driver, driver.Notifier, driver.Inspector and driver.Limiter, and is
 // safe for concurrent use.
@@ -127,6 +175,7 @@ type Driver struct {
 	client redis.UniversalClient
 	own    bool // Close closes client (opened from a URL)
 	prefix string
+	plain  bool // Options.Layout is LayoutPlain
 	hub    *redisscript.Hub
 
 	// With Options.MinReplicas: the client as a *redis.Client, the
@@ -169,8 +218,18 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 		return nil, openurl.Invalid("client", "redislock: client is nil")
 	}
 	prefix := DefaultKeyPrefix
-	if o != nil && o.KeyPrefix != "" {
-		prefix = o.KeyPrefix
+	plain := false
+	if o != nil {
+		switch o.Layout {
+		case "", LayoutDlock:
+		case LayoutPlain:
+			plain, prefix = true, ""
+		default:
+			return nil, openurl.Invalid("Layout", "redislock: layout %q is not %q or %q", o.Layout, LayoutDlock, LayoutPlain)
+		}
+		if o.KeyPrefix != "" {
+			prefix = o.KeyPrefix
+		}
 	}
 	if err := redisscript.CheckPrefix(prefix); err != nil {
 		return nil, openurl.Invalid("KeyPrefix", "redislock: invalid KeyPrefix: %w", err)
@@ -179,7 +238,7 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{client: client, prefix: prefix, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
+	return &Driver{client: client, prefix: prefix, plain: plain, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
 		single: single, minReplicas: minReplicas, replicaTimeout: replicaTimeout}, nil
 }
 
@@ -187,7 +246,40 @@ func (d *Driver) keys(name string, handle any) redisscript.Keys {
 	if k, ok := handle.(*redisscript.Keys); ok && k != nil {
 		return *k
 	}
-	return redisscript.KeysFor(d.prefix, name)
+	k, err := d.mutexKeys(name)
+	if err != nil {
+		// A name the layout refuses was never granted: these keys hold
+		// nothing of it.
+		return redisscript.KeysFor(d.prefix, name)
+	}
+	return k
+}
+
+// mutexKeys are the keys of name's mutex in the driver's layout. A name
+// the plain layout refuses (see CheckName) is an error wrapping
+// driver.ErrInvalid.
+func (d *Driver) mutexKeys(name string) (redisscript.Keys, error) {
+	if !d.plain {
+		return redisscript.KeysFor(d.prefix, name), nil
+	}
+	k, err := redisscript.PlainKeysFor(d.prefix + name)
+	if err != nil {
+		return k, openurl.Invalid("name", "redislock: layout=plain: %w", err)
+	}
+	return k, nil
+}
+
+var _ driver.NameChecker = (*Driver)(nil)
+
+// CheckName implements driver.NameChecker: in LayoutPlain a name whose key
+// has '{' or '}' that form no Redis Cluster hash tag is refused, since no
+// other key could share its slot. Every name is accepted in LayoutDlock.
+func (d *Driver) CheckName(name string) error {
+	if !d.plain {
+		return nil
+	}
+	_, err := d.mutexKeys(name)
+	return err
 }
 
 // errClosed is returned by calls made after Close began.
@@ -215,14 +307,20 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if req.Kind != driver.Exclusive {
 		return d.tryKind(ctx, req)
 	}
-	return d.attempt(ctx, redisscript.KeysFor(d.prefix, req.Name), req, 0)
+	k, err := d.mutexKeys(req.Name)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	g, _, err := d.attempt(ctx, k, req, 0)
+	return g, err
 }
 
 // attempt runs the acquire script once; wait > 0 queues a refused caller
-// (see redisscript.AcquireQueued).
-func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.AcquireRequest, wait time.Duration) (driver.Grant, error) {
+// (see redisscript.AcquireQueued). foreign reports a refusal by a key dlock
+// did not write.
+func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.AcquireRequest, wait time.Duration) (_ driver.Grant, foreign bool, _ error) {
 	if !d.gate.Enter() {
-		return driver.Grant{}, errClosed
+		return driver.Grant{}, false, errClosed
 	}
 	defer d.gate.Exit()
 	c, done := d.conn()
@@ -234,10 +332,10 @@ func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.Acq
 		// that Close releases it if nobody does first (the dlock
 		// package's clean-up Release removes it from the book).
 		d.grants.Granted(k, req.Owner, req.TTL, sent)
-		return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire", err)
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redislock: acquire", err)
 	}
 	if !r.Granted {
-		return driver.Grant{}, &driver.LockedError{RetryAfter: r.PTTL, Token: r.Fence}
+		return driver.Grant{}, r.Foreign, &driver.LockedError{RetryAfter: r.PTTL, Token: r.Fence}
 	}
 	d.grants.Granted(k, req.Owner, req.TTL, sent)
 	if err := d.replicated(ctx, c); err != nil {
@@ -246,13 +344,18 @@ func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.Acq
 				d.grants.Released(k.Lock, req.Owner, held)
 			}
 		})
-		return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire: granted, then released", err)
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redislock: acquire: granted, then released", err)
 	}
 	if d.gate.Stopped() {
-		return driver.Grant{}, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
+		return driver.Grant{}, false, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
-	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Key: k.Lock, Handle: &k}, nil
+	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Key: k.Lock, Handle: &k}, false, nil
 }
+
+// maxForeignPoll bounds how long a waiter for a lock a foreign client holds
+// (a key dlock did not write) waits before it looks again: such a client
+// publishes nothing when it releases.
+const maxForeignPoll = 250 * time.Millisecond
 
 // queueWait is how long a waiter's entry in a lock's queue lasts unless
 // the waiter renews it; a waiter renews it (with another attempt) every
@@ -276,16 +379,20 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	if req.Kind != driver.Exclusive {
 		return d.acquireKind(ctx, req)
 	}
-	k := redisscript.KeysFor(d.prefix, req.Name)
+	k, err := d.mutexKeys(req.Name)
+	if err != nil {
+		return driver.Grant{}, err
+	}
 	sig := make(chan struct{}, 1)
 	var sub *redisscript.Sub
+	foreignPoll := 20 * time.Millisecond
 	defer func() {
 		if sub != nil {
 			sub.Close(false)
 		}
 	}()
 	for attempts := 0; ; attempts++ {
-		g, err := d.attempt(ctx, k, req, queueWait)
+		g, foreign, err := d.attempt(ctx, k, req, queueWait)
 		if err == nil {
 			return g, nil
 		}
@@ -308,6 +415,14 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		wait := queueWait / 3
 		if le.RetryAfter > 0 && le.RetryAfter+time.Millisecond < wait {
 			wait = le.RetryAfter + time.Millisecond
+		}
+		if foreign {
+			// A foreign holder publishes nothing when it lets go: look
+			// again soon, backing off to maxForeignPoll.
+			wait = min(wait, foreignPoll)
+			foreignPoll = min(2*foreignPoll, maxForeignPoll)
+		} else {
+			foreignPoll = 20 * time.Millisecond
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -447,7 +562,11 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 // on. Every driver (process) waiting on the name is woken once.
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	sig := make(chan struct{}, 1)
-	s, err := d.hub.Subscribe(ctx, redisscript.KeysFor(d.prefix, name).Channel, sig)
+	k, err := d.mutexKeys(name)
+	if err != nil {
+		return nil, err
+	}
+	s, err := d.hub.Subscribe(ctx, k.Channel, sig)
 	if err != nil {
 		return nil, ctxerr.Wrap(ctx, "redislock: subscribe", err)
 	}
@@ -466,13 +585,20 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 // did not write is shown with Owner "?" (redisscript.ForeignOwner), Token 0,
 // Count 1 and ExpiresIn that key's PTTL, negative when it has none. It SCANs
 // the key space (on every primary of a cluster), so it is meant for status
-// output, not for hot paths.
+// output, not for hot paths. In LayoutPlain it lists the keys that have
+// dlock's fencing counter beside them (every key dlock ever granted): a
+// foreign client's hold of such a key shows as "?"; a key only foreign
+// clients ever locked is not listed.
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	if !d.gate.Enter() {
 		return nil, errClosed
 	}
 	defer d.gate.Exit()
-	nodes, err := redisscript.Inspect(ctx, d.client, d.prefix, prefix)
+	inspect := redisscript.Inspect
+	if d.plain {
+		inspect = redisscript.InspectPlain
+	}
+	nodes, err := inspect(ctx, d.client, d.prefix, prefix)
 	if err != nil {
 		return nil, ctxerr.Wrap(ctx, "redislock: inspect", err)
 	}
@@ -550,7 +676,17 @@ func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atL
 	defer d.gate.Exit()
 	c, done := d.conn()
 	defer done()
-	if err := redisscript.RaiseFence(ctx, c, redisscript.FenceKey(d.prefix, name, k), atLeast); err != nil {
+	fence := redisscript.FenceKey(d.prefix, name, k)
+	if k == driver.Exclusive {
+		mk, err := d.mutexKeys(name)
+		if err != nil {
+			return err
+		}
+		fence = mk.Fence
+	} else if d.plain {
+		return fmt.Errorf("redislock: raise fence of a %v lock: layout=plain serves mutexes only: %w", k, driver.ErrUnsupported)
+	}
+	if err := redisscript.RaiseFence(ctx, c, fence, atLeast); err != nil {
 		return ctxerr.Wrap(ctx, "redislock: raise fence", err)
 	}
 	if err := d.replicated(ctx, c); err != nil {

@@ -28,11 +28,12 @@ func init() {
 // ourParams are the URL query parameters that configure the driver; every
 // other parameter goes to go-redis (redis.ParseURL), which refuses unknown
 // ones by name.
-var ourParams = []string{"key_prefix"}
+var ourParams = []string{"key_prefix", "layout"}
 
 // OpenURL opens a driver for redis://[user:password@]host[:port][/db][?…]
 // or rediss:// (TLS) over a go-redis client of its own, which Close closes.
-// The parameter key_prefix sets Options.KeyPrefix, min_replicas and
+// The parameter key_prefix sets Options.KeyPrefix, layout (dlock or plain)
+// Options.Layout, min_replicas and
 // replica_timeout (a duration, e.g. 500ms) Options.MinReplicas and
 // Options.ReplicaTimeout. TLS: rediss:// or
 // tls=true; ca_file (PEM CAs to trust instead of the system's), cert_file
@@ -76,6 +77,11 @@ func parseURL(u *url.URL) (*redis.Options, *Options, error) {
 				o.KeyPrefix = v[len(v)-1]
 				if o.KeyPrefix == "" {
 					return nil, nil, errors.New("redislock: URL parameter key_prefix is empty")
+				}
+			case "layout":
+				o.Layout = v[len(v)-1]
+				if o.Layout != LayoutDlock && o.Layout != LayoutPlain {
+					return nil, nil, fmt.Errorf("redislock: URL parameter layout=%q: want %s or %s", o.Layout, LayoutDlock, LayoutPlain)
 				}
 			}
 			q.Del(p)

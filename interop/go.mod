@@ -5,7 +5,9 @@ go 1.26.0
 replace github.com/dlock/dlock => ../
 
 require (
+	github.com/bsm/redislock v0.9.4
 	github.com/dlock/dlock v0.0.0-00010101000000-000000000000
+	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 )
 

@@ -67,6 +67,13 @@ func startPeer(t *testing.T, name string, cmd *exec.Cmd) *peer {
 	return p
 }
 
+// use makes t the test the peer reports to (a subtest's).
+func (p *peer) use(t *testing.T) {
+	p.mu.Lock()
+	p.t = t
+	p.mu.Unlock()
+}
+
 // send writes one command line.
 func (p *peer) send(format string, args ...any) {
 	p.t.Helper()
@@ -157,19 +164,29 @@ func startPython(t *testing.T, name, script string, args ...string) *peer {
 // later) and returns it and when it arrived.
 func (p *peer) expectPrefix(prefix string, within time.Duration) (string, time.Time) {
 	p.t.Helper()
+	l, at, ok := p.waitPrefix(prefix, within)
+	if !ok {
+		p.t.Fatalf("%s did not say %q… within %v", p.name, prefix, within)
+	}
+	return l, at
+}
+
+// waitPrefix is expectPrefix without failing the test (for goroutines):
+// ok is false when no such line came within the time or the peer exited.
+func (p *peer) waitPrefix(prefix string, within time.Duration) (string, time.Time, bool) {
 	deadline := time.After(within)
 	for {
 		l, ok, more := p.take(func(l string) bool { return strings.HasPrefix(l, prefix) })
 		if ok {
-			return l, time.Now()
+			return l, time.Now(), true
 		}
 		if more == nil {
-			p.t.Fatalf("%s exited before saying %q…", p.name, prefix)
+			return "", time.Time{}, false
 		}
 		select {
 		case <-more:
 		case <-deadline:
-			p.t.Fatalf("%s did not say %q… within %v", p.name, prefix, within)
+			return "", time.Time{}, false
 		}
 	}
 }

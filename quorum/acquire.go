@@ -134,8 +134,17 @@ collect:
 		}
 	}
 	if granted < d.quorum && ctx.Err() != nil && refused+failed <= n-d.quorum {
+		// The caller gave up with requests still on their way: wait for
+		// their answers (each bounded by the node timeout) and undo what
+		// they granted before returning, so that nothing is left behind
+		// once the call returns. Undone in the background instead, a
+		// request delayed past the holder's release would be granted after
+		// the caller had gone and keep the lock from the next taker until
+		// the undo got there.
+		for got < n {
+			take(<-results)
+		}
 		d.undo(ctx, req, ans)
-		d.undoLate(req, results, n-got)
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", fmt.Errorf("%d of %d nodes granted, a quorum is %d", granted, n, d.quorum))
 	}
 	if granted < d.quorum {

@@ -402,3 +402,67 @@ func TestSlowNodeReleased(t *testing.T) {
 		allFree(t, bs, name)
 	}
 }
+
+// TestCancelledAcquireLeavesNothing: a TryAcquire whose caller gives up
+// while its requests are still on their way returns only once they have
+// answered (each within the node timeout) and what they granted is undone. Before, it returned at once
+// and undid late grants in the background: a request delayed past the
+// holder's release was granted after the caller had gone, and the lock
+// stayed taken until that undo got there (locktest's
+// CancelWaitingLeavesNothing failed on Redis nodes under load).
+func TestCancelledAcquireLeavesNothing(t *testing.T) {
+	bs, as := memNodes(t, 3)
+	var bds []*memlock.Driver
+	for _, b := range bs {
+		bds = append(bds, b.NewDriver())
+	}
+	qa, qb := newMemQuorum(t, as), newMemQuorum(t, bds)
+	defer qa.Close()
+	defer qb.Close()
+	ctx := context.Background()
+	name := fmt.Sprintf("cancelled-%d", memSeq.Add(1))
+	ga, err := qa.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "a", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// B's requests wait at every node until resumed; B gives up first.
+	for _, d := range bds {
+		d.Pause()
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := qb.TryAcquire(bctx, driver.AcquireRequest{Name: name, Owner: "b", TTL: 10 * time.Second})
+		done <- err
+	}()
+	cancel()
+	// A releases, then B's requests reach the nodes: a node grants B unless
+	// B's call already ended them.
+	if _, err := qa.Release(ctx, driver.Lease{Name: name, Owner: "a", Token: ga.Token, Handle: ga.Handle, TTL: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the cancelled TryAcquire returned (%v) while its requests were still held at the nodes: "+
+			"what they grant once let through would be left to a background undo", err)
+	case <-time.After(200 * time.Millisecond):
+		// It waits for its requests' answers: let them through (a node
+		// grants B now that A released; B must undo that before returning).
+	}
+	for _, d := range bds {
+		d.Resume()
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a cancelled TryAcquire was granted")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancelled TryAcquire did not return")
+	}
+	for i, b := range bs {
+		if o, _ := b.Holder(name); o != "" {
+			t.Errorf("node %d: %q holds %q after its cancelled TryAcquire returned", i, o, name)
+		}
+	}
+}

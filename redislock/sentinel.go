@@ -42,7 +42,7 @@ func init() {
 // Sentinel has named it (calls during the failover fail, and dlock treats
 // them as it treats any backend error).
 //
-// key_prefix, min_replicas and replica_timeout are as for redis:// (see
+// key_prefix, layout, min_replicas and replica_timeout are as for redis:// (see
 // OpenURL and Options.MinReplicas). TLS to the sentinels and the data
 // nodes: tls=true, or any of ca_file, cert_file, key_file and server_name;
 // each connection verifies the host it dials unless server_name names the
@@ -97,14 +97,7 @@ func parseSentinelURL(u *url.URL) (*redis.FailoverOptions, *Options, error) {
 	}
 	q := u.Query()
 	o := &Options{}
-	if v, ok := q["key_prefix"]; ok {
-		o.KeyPrefix = v[len(v)-1]
-		if o.KeyPrefix == "" {
-			return nil, nil, errors.New("redislock: URL parameter key_prefix is empty")
-		}
-		q.Del("key_prefix")
-	}
-	if err := takeReplicaParams(q, o); err != nil {
+	if err := takeOurParams(q, o); err != nil {
 		return nil, nil, err
 	}
 	if q.Get("master_name") == "" {

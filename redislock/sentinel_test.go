@@ -51,6 +51,10 @@ func TestSentinelURL(t *testing.T) {
 	if o.KeyPrefix != "p:" || o.MinReplicas != 2 || o.ReplicaTimeout != 250*time.Millisecond {
 		t.Errorf("options %+v", o)
 	}
+	u, _ = url.Parse("redis-sentinel://127.0.0.1:1/0?master_name=m&layout=plain")
+	if _, o, err := parseSentinelURL(u); err != nil || o.Layout != LayoutPlain {
+		t.Errorf("layout=plain: %+v, %v", o, err)
+	}
 	u, _ = url.Parse("redis-sentinel://127.0.0.1:1/0?master_name=m&ca_file=&tls=true")
 	if _, _, err := parseSentinelURL(u); err == nil {
 		t.Error("empty ca_file accepted")
@@ -69,6 +73,7 @@ func TestSentinelURL(t *testing.T) {
 		"redis-sentinel://127.0.0.1:1/0?master_name=m&replica_timeout=0s",            // WAIT 0 waits forever
 		"redis-sentinel://127.0.0.1:1/0?master_name=m&no_such_option=1&password=s3c", // go-redis refuses it
 		"redis-sentinel://127.0.0.1:1/x?master_name=m&password=s3c",                  // bad db
+		"redis-sentinel://127.0.0.1:1/0?master_name=m&layout=flat&password=s3c",      // unknown layout
 	} {
 		_, err := dlock.Open(context.Background(), bad)
 		if !errors.Is(err, driver.ErrInvalid) {

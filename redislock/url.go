@@ -65,29 +65,35 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	return d, nil
 }
 
-// parseURL splits u into go-redis options and driver options. Errors never
-// contain the URL's password.
-func parseURL(u *url.URL) (*redis.Options, *Options, error) {
-	q := u.Query()
-	o := &Options{}
+// takeOurParams moves the driver's own parameters (ourParams, min_replicas,
+// replica_timeout) from q into o, for redis:// and redis-sentinel:// alike.
+func takeOurParams(q url.Values, o *Options) error {
 	for _, p := range ourParams {
 		if v, ok := q[p]; ok {
 			switch p {
 			case "key_prefix":
 				o.KeyPrefix = v[len(v)-1]
 				if o.KeyPrefix == "" {
-					return nil, nil, errors.New("redislock: URL parameter key_prefix is empty")
+					return errors.New("redislock: URL parameter key_prefix is empty")
 				}
 			case "layout":
 				o.Layout = v[len(v)-1]
 				if o.Layout != LayoutDlock && o.Layout != LayoutPlain {
-					return nil, nil, fmt.Errorf("redislock: URL parameter layout=%q: want %s or %s", o.Layout, LayoutDlock, LayoutPlain)
+					return fmt.Errorf("redislock: URL parameter layout=%q: want %s or %s", o.Layout, LayoutDlock, LayoutPlain)
 				}
 			}
 			q.Del(p)
 		}
 	}
-	if err := takeReplicaParams(q, o); err != nil {
+	return takeReplicaParams(q, o)
+}
+
+// parseURL splits u into go-redis options and driver options. Errors never
+// contain the URL's password.
+func parseURL(u *url.URL) (*redis.Options, *Options, error) {
+	q := u.Query()
+	o := &Options{}
+	if err := takeOurParams(q, o); err != nil {
 		return nil, nil, err
 	}
 	tp, useTLS, err := openurl.TakeTLSOn(q)

@@ -354,7 +354,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 			l.sig.grant(r.Name, r.Owner, l.sig.contended(r.Name, l.watches))
 		}
 	}
-	return gs, nil
+	return sqlcommon.SetKeys(d.table, reqs, gs), nil
 }
 
 func (d *leases) acquireMulti(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.Grant, error) {

@@ -301,7 +301,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	case err != nil:
 		return nil, ctxerr.Wrap(ctx, "pglock: acquire several", err)
 	}
-	return gs, nil
+	return sqlcommon.SetKeys(d.table, reqs, gs), nil
 }
 
 // inspectKinds lists the kinds' locks whose names start with prefix.

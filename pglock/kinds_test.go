@@ -245,3 +245,15 @@ func TestMigratesOldTable(t *testing.T) {
 		dn.Close()
 	}
 }
+
+// TestGrantKeys: every grant names its row (see sqlcommon.GrantKey), in
+// every mode.
+func TestGrantKeys(t *testing.T) {
+	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			sqltest.GrantKeys(t, newTestHarness(t, mode).NewDriver, func(d driver.Driver) string { return d.(*Driver).table })
+		})
+	}
+}
+
+func TestKindLockDelayInspect(t *testing.T) { sqltest.KindLockDelayInspect(t, leaseOpener(t)) }

@@ -49,6 +49,12 @@
 // one round trip (driver.MultiAcquirer), and every mode can raise a
 // name's fencing counter (driver.FenceRaiser).
 //
+// Every grant's Key (driver.Grant.Key; "dlock run" hands it to CMD as
+// DLOCK_KEY) names where the lock lives: "<table>/<name>" for a mutex,
+// "<table>_holders/<name>/<kind>/<owner>" (kind read, write or permit) for
+// the other kinds, after their rows in ModeLease; the session modes use
+// the same form for the lock their session holds on the name.
+//
 // PostgreSQL 12 or later. The lock table must live on the primary; see
 // docs/backends.md for what a failover does to each mode.
 //
@@ -223,7 +229,11 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, d.unsupported(req.Kind)
 	}
-	return d.base.TryAcquire(ctx, req)
+	g, err := d.base.TryAcquire(ctx, req)
+	if err == nil {
+		g.Key = sqlcommon.GrantKey(d.table, req)
+	}
+	return g, err
 }
 
 // Release implements driver.Driver.

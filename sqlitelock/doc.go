@@ -67,6 +67,11 @@
 // driver.LockedError.RetryAfter. Without the companion file (it cannot be
 // created, or not on Linux) waiters poll as well.
 //
+// Every grant's Key (driver.Grant.Key; "dlock run" hands it to CMD as
+// DLOCK_KEY) names its row: "<table>/<name>" for a mutex,
+// "<table>_holders/<name>/<kind>/<owner>" (kind read, write or permit) for
+// a read/write lock or a semaphore.
+//
 // # URLs
 //
 // The package registers the scheme "sqlite" with dlock:

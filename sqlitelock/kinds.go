@@ -125,6 +125,7 @@ func (d *Driver) acquireKind(ctx context.Context, req driver.AcquireRequest) (dr
 		}
 		return driver.Grant{}, err
 	}
+	g.Key = sqlcommon.GrantKey(d.name(), req)
 	if g.Count == 1 {
 		d.sig.grantKey(kindKey(req.Name, req.Kind, req.Owner), req.Name, req.Owner)
 		if req.Kind == driver.Read && d.sig != nil {
@@ -316,7 +317,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 			d.sig.grant(r.Name, r.Owner)
 		}
 	}
-	return gs, nil
+	return sqlcommon.SetKeys(d.name(), reqs, gs), nil
 }
 
 // inspectKinds lists the kinds' locks whose names start with prefix.

@@ -74,3 +74,10 @@ func TestMigratesOldTable(t *testing.T) {
 		d.Close()
 	}
 }
+
+// TestGrantKeys: every grant names its row (see sqlcommon.GrantKey).
+func TestGrantKeys(t *testing.T) {
+	sqltest.GrantKeys(t, opener(t), func(d driver.Driver) string { return d.(*Driver).name() })
+}
+
+func TestKindLockDelayInspect(t *testing.T) { sqltest.KindLockDelayInspect(t, opener(t)) }

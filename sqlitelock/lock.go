@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
 // TryAcquire makes one attempt to take or re-enter req.Name in a single
@@ -34,7 +35,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		if count == 1 {
 			d.sig.grant(req.Name, req.Owner)
 		}
-		return driver.Grant{Token: uint64(fence), Count: count, TTL: time.Duration(ttl) * time.Millisecond}, nil
+		return driver.Grant{Token: uint64(fence), Count: count, TTL: time.Duration(ttl) * time.Millisecond, Key: sqlcommon.GrantKey(d.name(), req)}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return driver.Grant{}, d.wrap(ctx, "acquire", err)

@@ -222,3 +222,6 @@ func (d *Driver) closeStmts() {
 	}
 	d.renewMu.Unlock()
 }
+
+// name returns the lock table's name unquoted (it is a plain identifier).
+func (d *Driver) name() string { return strings.Trim(d.table, `"`) }

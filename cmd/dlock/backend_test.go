@@ -229,6 +229,7 @@ func TestRunKeyVariable(t *testing.T) {
 		{"zk", `^/dlock/k/.*(__lock__|lock-)\d{10}$`},
 		{"redis", `^dlock:\{k\}$`},
 		{"redlock", `^dlock:\{k\}$`},
+		{"sqlite", `^dlock_locks/k$`},
 	} {
 		t.Run(tc.be, func(t *testing.T) {
 			te := newTestEnv(map[string]string{"DLOCK_KEY": "stale"})

@@ -244,3 +244,27 @@ func Configure(prefix, mode, table string, modes ...string) (Config, error) {
 	}
 	return Config{Mode: mode, Table: table}, nil
 }
+
+// GrantKey returns the driver.Grant.Key of a grant of req in the lock
+// table table: "<table>/<name>" for a mutex (its row in the lock table),
+// "<table>_holders/<name>/<kind>/<owner>" for a read/write lock or a
+// semaphore (its holder row; kind is "read", "write" or "permit"). The
+// session modes use the same form: there it names the lock that the
+// session's advisory lock, GET_LOCK or row lock holds for the name.
+func GrantKey(table string, req driver.AcquireRequest) string {
+	if req.Kind == driver.Exclusive {
+		return table + "/" + req.Name
+	}
+	return table + "_holders/" + req.Name + "/" + req.Kind.String() + "/" + req.Owner
+}
+
+// SetKeys sets the Key of each grant in gs, the grants of reqs in order,
+// with GrantKey, and returns gs.
+func SetKeys(table string, reqs []driver.AcquireRequest, gs []driver.Grant) []driver.Grant {
+	for i := range gs {
+		if i < len(reqs) {
+			gs[i].Key = GrantKey(table, reqs[i])
+		}
+	}
+	return gs
+}

@@ -281,11 +281,14 @@ type HolderRow struct {
 }
 
 // KindInfos builds the Inspect entries of the kinds' locks: one per _kinds
-// row, Kind Write for a read/write lock (Owner, Count and ExpiresIn those
-// of its writer if one holds it; Readers its live readers, and ExpiresIn
-// the longest of their leases when no writer holds it), Kind Permit for a
-// semaphore (Permits, Holders the live permits, ExpiresIn the longest of
-// their leases). Only unexpired leases count as held.
+// row, Kind Write for a read/write lock (Owner and Count those of its
+// writer if one holds it; Readers its readers), Kind Permit for a
+// semaphore (Permits, Holders the permits taken). A holder counts while
+// it blocks others: until its lease ends, or, when its lease ran out
+// unreleased, until its lock-delay ends (as DecideKind decides). ExpiresIn
+// is the time until the last of them stops blocking, lease plus
+// lock-delay, as for a mutex row: the time until the lock can be taken
+// if no holder renews or releases.
 func KindInfos(ks []KindRow, hs []HolderRow) []driver.LockInfo {
 	type key struct {
 		name string
@@ -309,22 +312,21 @@ func KindInfos(ks []KindRow, hs []HolderRow) []driver.LockInfo {
 			continue
 		}
 		li, now := &out[i], nows[i]
-		left := time.Duration(h.LockUntil-now) * time.Microsecond
+		left := time.Duration(max(h.LockUntil, h.DelayUntil)-now) * time.Microsecond
 		if left <= 0 {
 			continue
 		}
 		switch h.Kind {
 		case int(driver.Write):
-			li.Owner, li.Count, li.ExpiresIn = h.Owner, h.Count, left
+			li.Owner, li.Count = h.Owner, h.Count
 		case int(driver.Read):
 			li.Readers++
-			if li.Owner == "" {
-				li.ExpiresIn = max(li.ExpiresIn, left)
-			}
 		case int(driver.Permit):
 			li.Holders++
-			li.ExpiresIn = max(li.ExpiresIn, left)
+		default: // a waiting writer's mark holds nothing
+			continue
 		}
+		li.ExpiresIn = max(li.ExpiresIn, left)
 	}
 	return out
 }

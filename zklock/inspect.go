@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -24,6 +25,18 @@ var _ driver.Inspector = (*Driver)(nil)
 // lock lives as long as the holder's session). Count is the holder's hold
 // count when this driver holds it, else 1. It costs one request per node
 // visited plus one per lock.
+//
+// A lock kept only by the lock-delay guard of a holder that went without a
+// release (see delay.go) is listed as not takeable: Owner LockDelayOwner,
+// Count 0, Token 0, ExpiresIn the time left before the guard lets a grant
+// through, and Waiters the requests queued behind it; likewise a read/write
+// lock or semaphore with no live holder but a lost holder's guard (a
+// semaphore counts such guards in Holders). To measure that time on the
+// leader's clock, Inspect does what the next contender would: it arms a
+// guard whose loss nobody has seen yet (the delay runs from then), reads
+// the clock with a write to the guard, and deletes a guard whose delay has
+// run out (the lock is then free). Without write access to the guard
+// (ErrNoAuth) it reports ExpiresIn -1 (unknown).
 func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo, error) {
 	l, err := d.anyLink(ctx)
 	if err != nil {
@@ -47,7 +60,7 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 		if err != nil {
 			return err
 		}
-		if q := queue(children); len(q) > 0 && rel != "" && strings.HasPrefix(unescapeName(rel), prefix) {
+		if q := queue(children); (len(q) > 0 || slices.Contains(children, guardName)) && rel != "" && strings.HasPrefix(unescapeName(rel), prefix) {
 			if info, ok, err := d.inspectQueue(ctx, conn, rel, path, q); err != nil {
 				return err
 			} else if ok {
@@ -115,6 +128,14 @@ func (d *Driver) join(rel string) string {
 
 // inspectQueue describes the lock whose queue q lives at path.
 func (d *Driver) inspectQueue(ctx context.Context, conn *zk.Conn, rel, path string, q []string) (driver.LockInfo, bool, error) {
+	left, err := d.inspectGuard(ctx, conn, path+"/"+guardName, func(holder string) bool { return len(q) > 0 && holder == q[0] })
+	if err != nil {
+		return driver.LockInfo{}, false, err
+	}
+	if left != 0 {
+		// The head of the queue (if any) waits for the guard.
+		return driver.LockInfo{Name: unescapeName(rel), Owner: LockDelayOwner, ExpiresIn: left, Waiters: len(q)}, true, nil
+	}
 	type node struct {
 		data []byte
 		st   *zk.Stat
@@ -163,4 +184,51 @@ func unescapeName(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// LockDelayOwner is the Owner that Inspect reports for a lock kept only by
+// the lock-delay guard of a holder that went without a release.
+const LockDelayOwner = "lock-delay"
+
+// inspectGuard looks at the lock-delay guard gp (see checkGuardAt): it
+// returns 0 when there is none or it does not stand in the way (its holder
+// is live), else how long it keeps the lock (-1: unknown, no write access).
+func (d *Driver) inspectGuard(ctx context.Context, conn *zk.Conn, gp string, live func(holder string) bool) (time.Duration, error) {
+	for range 3 {
+		left, err := d.checkGuardAt(ctx, conn, gp, live)
+		switch {
+		case errors.Is(err, zk.ErrNoAuth):
+			return -1, nil
+		case err != nil:
+			return 0, fmt.Errorf("lock-delay guard %s: %w", gp, err)
+		case left < 0:
+			return 0, nil
+		case left == time.Millisecond:
+			continue // armed by someone else meanwhile: look again
+		}
+		return left, nil
+	}
+	return time.Millisecond, nil
+}
+
+// lostGuards counts the lock-delay guards among children of dir whose names
+// start with prefix and whose holder is not live, and returns the longest
+// time one of them keeps the lock (see inspectGuard).
+func (d *Driver) lostGuards(ctx context.Context, conn *zk.Conn, dir string, children []string, prefix string, live func(holder string) bool) (n int, longest time.Duration, err error) {
+	for _, c := range children {
+		if !strings.HasPrefix(c, prefix) {
+			continue
+		}
+		left, err := d.inspectGuard(ctx, conn, dir+"/"+c, live)
+		if err != nil {
+			return 0, 0, err
+		}
+		if left != 0 {
+			n++
+			if left < 0 || longest >= 0 && left > longest {
+				longest = left
+			}
+		}
+	}
+	return n, longest, nil
 }

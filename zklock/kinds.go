@@ -669,6 +669,7 @@ func (d *Driver) inspectKind(ctx context.Context, conn *zk.Conn, name, path stri
 	info := driver.LockInfo{Name: name, Kind: k, ExpiresIn: -1}
 	var holders []string
 	var dir string
+	lost, lostLeft := 0, time.Duration(0) // a semaphore's lost holders' guards
 	if k == driver.Write {
 		children, err := list(path)
 		if err != nil {
@@ -680,10 +681,28 @@ func (d *Driver) inspectKind(ctx context.Context, conn *zk.Conn, name, path stri
 				nodes = append(nodes, c)
 			}
 		}
+		live := func(holder string) bool { return slices.Contains(nodes, holder) }
+		nW, leftW, err := d.lostGuards(ctx, conn, path, children, kindGuard+"w-", live)
+		if err != nil {
+			return info, false, err
+		}
+		nR, leftR, err := d.lostGuards(ctx, conn, path, children, kindGuard+"r-", live)
+		if err != nil {
+			return info, false, err
+		}
+		sorted := curatorSort(nodes, readMark, writeMark)
+		if nW > 0 || nR > 0 && (len(sorted) == 0 || strings.Contains(sorted[0], writeMark)) {
+			// Kept by lost holders' guards: a writer waits for all, a
+			// reader for writers'.
+			info.Owner, info.Waiters, info.ExpiresIn = LockDelayOwner, len(sorted), leftW
+			if leftR < 0 || leftW >= 0 && leftR > leftW {
+				info.ExpiresIn = leftR
+			}
+			return info, true, nil
+		}
 		if len(nodes) == 0 {
 			return info, false, nil
 		}
-		sorted := curatorSort(nodes, readMark, writeMark)
 		var write bool
 		holders, write = rwHolders(sorted)
 		dir = path
@@ -713,15 +732,23 @@ func (d *Driver) inspectKind(ctx context.Context, conn *zk.Conn, name, path stri
 		if err != nil {
 			return info, false, err
 		}
-		if len(leases)+len(locks) == 0 {
+		semChildren, err := list(path)
+		if err != nil {
+			return info, false, err
+		}
+		lost, lostLeft, err = d.lostGuards(ctx, conn, path, semChildren, kindGuard, func(holder string) bool { return slices.Contains(leases, holder) })
+		if err != nil {
+			return info, false, err
+		}
+		if len(leases)+len(locks)+lost == 0 {
 			return info, false, nil
 		}
 		holders = curatorSort(leases, leaseMark)
-		if info.Permits > 0 && len(holders) > info.Permits {
-			holders = holders[:info.Permits]
+		if info.Permits > 0 && len(holders) > max(info.Permits-lost, 0) {
+			holders = holders[:max(info.Permits-lost, 0)]
 		}
 		dir = path + "/leases"
-		info.Holders = len(holders)
+		info.Holders = len(holders) + lost
 		info.Waiters = len(locks)
 		if len(leases) > info.Permits && info.Permits > 0 {
 			// The mutex holder's lease waits: it is counted in locks.
@@ -751,8 +778,11 @@ func (d *Driver) inspectKind(ctx context.Context, conn *zk.Conn, name, path stri
 			info.Owner = string(got.data)
 		}
 	}
-	if info.Count > 1 {
+	if info.Count > 1 || lost > 0 {
 		info.Owner = ""
+	}
+	if info.Count == 0 && lost > 0 {
+		info.Owner, info.ExpiresIn = LockDelayOwner, lostLeft
 	}
 	return info, true, nil
 }

@@ -235,17 +235,25 @@ func Kinds(t *testing.T, open Open) {
 					blocked.Permits = 1
 				}
 				g := grant(t, d, r)
+				// The lease has expired once Inspect's ExpiresIn (lease
+				// plus lock-delay left) is down to the lock-delay; the
+				// holder still counts while its lock-delay blocks others.
 				testwait.Until(t, 15*time.Second, "the lease to expire", func() bool {
 					infos, err := d.(driver.Inspector).Inspect(ctx, n)
 					if err != nil {
 						t.Fatal(err)
 					}
 					for _, li := range infos {
-						if li.Kind != driver.Exclusive && (li.Readers > 0 || li.Holders > 0) {
-							return false
+						if li.Kind == driver.Exclusive {
+							continue
 						}
+						if li.Readers+li.Holders != 1 || li.ExpiresIn <= 0 {
+							t.Fatalf("%s: holder gone from Inspect inside its lock-delay: %+v", k, li)
+						}
+						return li.ExpiresIn <= r.LockDelay
 					}
-					return true
+					t.Fatalf("%s: Inspect(%q) = %+v: no entry", k, n, infos)
+					return false
 				})
 				if _, err := d.Release(ctx, klease(r, g)); !errors.Is(err, driver.ErrNotHeld) {
 					t.Fatalf("%s: release after expiry = %v, want ErrNotHeld", k, err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // fakeConn records what the bookkeeping did to a pinned connection. The
@@ -345,12 +346,14 @@ func TestHoldExpires(t *testing.T) {
 	if cause := g.Cause(); !errors.Is(cause, driver.ErrSessionLost) || !errors.Is(cause, driver.ErrNotHeld) {
 		t.Fatalf("cause %v", cause)
 	}
-	c.mu.Lock()
-	discarded := c.discarded
-	c.mu.Unlock()
-	if !discarded || s.Len() != 0 {
-		t.Fatalf("expired hold: connection closed %v, holds listed %d", discarded, s.Len())
-	}
+	// expire signals the loss first, then unlists the hold and closes
+	// its connection.
+	testwait.Until(t, 10*time.Second, "the expired hold to be unlisted and its connection closed", func() bool {
+		c.mu.Lock()
+		discarded := c.discarded
+		c.mu.Unlock()
+		return discarded && s.Len() == 0
+	})
 	if _, err := s.Release(ctx, lease("n", "o", g)); !errors.Is(err, driver.ErrSessionLost) {
 		t.Fatalf("release of an expired hold: %v", err)
 	}

@@ -311,6 +311,7 @@ func (ls *leaseSignals) run(ctx context.Context) {
 		}
 	}()
 	pause := 50 * time.Millisecond
+	retry := time.Millisecond
 	for {
 		ls.mu.Lock()
 		var (
@@ -350,13 +351,23 @@ func (ls *leaseSignals) run(ctx context.Context) {
 			}
 			continue
 		}
-		err := ls.send(ctx, &conn, exprs)
+		res, err := ls.send(ctx, &conn, exprs)
+		busy := false // a signal another session held for an instant
 		ls.mu.Lock()
 		for i, n := range names {
 			if e := ls.names[n]; e != nil {
 				e.sending = false
 				if err == nil {
-					e.have = sent[i]
+					// A waiter takes and gives back the signal in one
+					// statement: a GET_LOCK(…, 0) that meets it gets 0 and
+					// must be sent again, or the signal would be thought
+					// kept while waiters find it free and poll.
+					taken := !sent[i] || (res[i].Valid && res[i].Int64 == 1)
+					if taken {
+						e.have = sent[i]
+					} else {
+						busy = true
+					}
 				}
 				if !e.want && !e.have {
 					ls.forget(n, e)
@@ -385,31 +396,54 @@ func (ls *leaseSignals) run(ctx context.Context) {
 			continue
 		}
 		pause = 50 * time.Millisecond
+		if busy {
+			// Try the busy signals again shortly (another reader's driver
+			// may keep one for good: then every retryBusy at most).
+			t := time.NewTimer(retry)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-ls.kick:
+				t.Stop()
+				ls.poke() // the kick is for the next round, not this wait
+			case <-t.C:
+			}
+			retry = min(retry*2, retryBusy)
+		} else {
+			retry = time.Millisecond
+		}
 	}
 }
 
+// retryBusy bounds the wait before a signal found held by another session
+// is asked for again.
+const retryBusy = time.Second
+
 // send runs the signal changes exprs on *conn, pinning one first if need
-// be; on failure *conn is closed and nil.
-func (ls *leaseSignals) send(ctx context.Context, conn **sql.Conn, exprs []string) error {
+// be, and returns each expression's result (GET_LOCK: 1 when the signal was
+// taken, 0 when another session held it at that moment); on failure *conn
+// is closed and nil.
+func (ls *leaseSignals) send(ctx context.Context, conn **sql.Conn, exprs []string) ([]sql.NullInt64, error) {
 	if *conn == nil {
 		c, err := poolWait(ctx, ls.st, "mysqllock: a connection for wake-up signals", ls.st.db.Conn)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		*conn = c
 	}
-	rows, err := (*conn).QueryContext(ctx, "SELECT "+strings.Join(exprs, ", "))
-	if err == nil {
-		for rows.Next() {
-		}
-		err = rows.Err()
-		_ = rows.Close()
+	res := make([]sql.NullInt64, len(exprs))
+	dest := make([]any, len(exprs))
+	for i := range res {
+		dest[i] = &res[i]
 	}
+	err := (*conn).QueryRowContext(ctx, "SELECT "+strings.Join(exprs, ", ")).Scan(dest...)
 	if err != nil {
 		discard(*conn)
 		*conn = nil
+		return nil, err
 	}
-	return err
+	return res, nil
 }
 
 // close stops the goroutine and closes its connection, which gives up

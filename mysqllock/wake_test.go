@@ -130,3 +130,51 @@ func TestSignalsSparePool(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseSignalTakenAfterBusy: a waiter takes and gives back the signal
+// in one statement, so the holder's driver can meet it held for an
+// instant. Its GET_LOCK then returns 0 and must be sent again: before, the
+// driver counted the signal as kept, and waiters polled for as long as the
+// lease lasted (sqltest.KindWakes failed in a full run: "the subscription
+// to stay quiet for 1.5s while the lock is held").
+func TestLeaseSignalTakenAfterBusy(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeLease)
+	dn, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dn.Close()
+	d := dn.(*Driver)
+	name := randomName("busy")
+	sig := hexLit(SignalName(name))
+	other, err := h.admin.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var got, otherID int64
+	if err := other.QueryRowContext(ctx, "SELECT GET_LOCK("+sig+", 0), CONNECTION_ID()").Scan(&got, &otherID); err != nil || got != 1 {
+		t.Fatalf("GET_LOCK on the signal from another session: %d, %v", got, err)
+	}
+	g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fault: the signal stays held by the other session through the
+	// holder driver's first attempts to take it (it asks 2ms after the grant).
+	time.Sleep(300 * time.Millisecond)
+	if _, err := other.ExecContext(ctx, "DO RELEASE_LOCK("+sig+")"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 10*time.Second, "the holder's driver to keep the signal once it is free", func() bool {
+		var id sql.NullInt64
+		if err := h.admin.QueryRowContext(ctx, "SELECT IS_USED_LOCK("+sig+")").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id.Valid && id.Int64 != otherID
+	})
+	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "a", Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -34,10 +34,8 @@ type Client struct {
 
 	mu     sync.Mutex
 	closed atomic.Bool // set under mu, read without it by isClosed
-	// leases lists every lease the Client holds (linked through
-	// Lease.prev and Lease.next); heaps schedule their renewals and
-	// validity deadlines (see renew.go).
-	leases  *Lease
+	// heaps schedule the renewals and validity deadlines of the leases the
+	// Client holds (see renew.go); every one is in heaps[byDeadline].
 	heaps   [nHeaps]leaseHeap
 	renewer sleeper
 	reaper  sleeper
@@ -258,10 +256,7 @@ func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.mu.Lock()
 		c.closed.Store(true)
-		var leases []*Lease
-		for l := c.leases; l != nil; l = l.next {
-			leases = append(leases, l)
-		}
+		leases := append([]*Lease(nil), c.heaps[byDeadline].ls...)
 		c.mu.Unlock()
 		close(c.closing)
 		c.stopCtx()
@@ -317,42 +312,41 @@ func (c *Client) Close() error {
 
 func (c *Client) isClosed() bool { return c.closed.Load() }
 
-// lostWatcher ends the leases bound to one driver loss channel.
+// lostWatcher ends the leases bound to one driver loss channel: its map
+// holds each lease's Grant.Cause.
 type lostWatcher struct {
-	leases map[*Lease]struct{}
+	leases map[*Lease]func() error
 	stop   chan struct{} // closed when no lease needs watching any more
 }
 
-// register adds a lease to the client's books; false if the client closed.
-func (c *Client) register(l *Lease, lost <-chan struct{}) bool {
+// register adds a lease to the client's books, watching lost with cause for
+// it; false if the client closed.
+func (c *Client) register(l *Lease, lost <-chan struct{}, cause func() error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed.Load() {
 		return false
 	}
 	l.registered = true
-	l.next = c.leases
-	if c.leases != nil {
-		c.leases.prev = l
-	}
-	c.leases = l
 	c.scheduleDeadlineLocked(l)
-	if l.autoRenew {
+	if l.flags&autoRenew != 0 {
 		c.scheduleRenewLocked(l, l.keys[byRenew])
 	}
 	if lost != nil {
 		w, ok := c.lostWatch[lost]
 		if !ok {
-			w = &lostWatcher{leases: map[*Lease]struct{}{}, stop: make(chan struct{})}
+			w = &lostWatcher{leases: map[*Lease]func() error{}, stop: make(chan struct{})}
 			c.lostWatch[lost] = w
 			c.wg.Add(1)
 			go c.watchLost(lost, w)
 		}
-		w.leases[l] = struct{}{}
+		w.leases[l] = cause
+		l.flags |= watched // l is not shared yet
 	}
 	return true
 }
 
+// unregister takes l out of the client's books (l.mu held).
 func (c *Client) unregister(l *Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -360,28 +354,39 @@ func (c *Client) unregister(l *Lease) {
 		return
 	}
 	l.registered = false
-	switch {
-	case l.prev != nil:
-		l.prev.next = l.next
-	case c.leases == l:
-		c.leases = l.next
-	}
-	if l.next != nil {
-		l.next.prev = l.prev
-	}
-	l.prev, l.next = nil, nil
 	c.unscheduleRenewLocked(l)
 	c.heaps[byDeadline].remove(l)
-	if l.lost == nil {
+	if l.flags&watched == 0 {
 		return
 	}
-	if w, ok := c.lostWatch[l.lost]; ok {
-		delete(w.leases, l)
-		if len(w.leases) == 0 {
-			delete(c.lostWatch, l.lost)
-			close(w.stop)
+	// A lease does not keep its loss channel: its watcher is found among
+	// the Client's, of which there is usually one per session.
+	for lost, w := range c.lostWatch {
+		if _, ok := w.leases[l]; ok {
+			delete(w.leases, l)
+			if len(w.leases) == 0 {
+				delete(c.lostWatch, lost)
+				close(w.stop)
+			}
+			return
 		}
 	}
+}
+
+// lostOf returns the driver loss channel l is bound to (nil if none, or if
+// l has ended).
+func (c *Client) lostOf(l *Lease) <-chan struct{} {
+	if l.flags&watched == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for lost, w := range c.lostWatch {
+		if _, ok := w.leases[l]; ok {
+			return lost
+		}
+	}
+	return nil
 }
 
 // watchLost ends every lease bound to a driver loss channel when it closes.
@@ -394,20 +399,24 @@ func (c *Client) watchLost(lost <-chan struct{}, w *lostWatcher) {
 	case <-c.closing:
 		return
 	}
+	type bound struct {
+		l     *Lease
+		cause func() error
+	}
 	c.mu.Lock()
-	ls := make([]*Lease, 0, len(w.leases))
-	for l := range w.leases {
-		ls = append(ls, l)
+	ls := make([]bound, 0, len(w.leases))
+	for l, cause := range w.leases {
+		ls = append(ls, bound{l, cause})
 	}
 	c.mu.Unlock()
-	for _, l := range ls {
+	for _, b := range ls {
 		cause := error(driver.ErrSessionLost)
-		if l.cause != nil {
-			if err := l.cause(); err != nil {
+		if b.cause != nil {
+			if err := b.cause(); err != nil {
 				cause = err
 			}
 		}
-		l.lose(cause)
+		b.l.lose(cause)
 	}
 }
 

@@ -8,8 +8,13 @@ import (
 // The lease heaps keep their order and every lease's position through any
 // mix of adds, moves and removals, and give back their memory after a burst.
 func TestLeaseHeapKeepsOrderAndPositions(t *testing.T) {
+	for _, k := range []int{byRenew, byEarly, byDeadline} {
+		testLeaseHeap(t, leaseHeap{k: k})
+	}
+}
+
+func testLeaseHeap(t *testing.T, h leaseHeap) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	h := leaseHeap{k: byDeadline}
 	ls := make([]*Lease, 2000)
 	for i := range ls {
 		ls[i] = &Lease{pos: [nHeaps]int32{-1, -1, -1}}
@@ -24,8 +29,8 @@ func TestLeaseHeapKeepsOrderAndPositions(t *testing.T) {
 			if int(l.pos[h.k]) != i || !in[l] {
 				t.Fatalf("step %d: lease at %d records position %d (in: %v)", step, i, l.pos[h.k], in[l])
 			}
-			if p := (i - 1) / 2; i > 0 && h.ls[p].keys[h.k] > l.keys[h.k] {
-				t.Fatalf("step %d: key %d at %d above key %d at %d", step, h.ls[p].keys[h.k], p, l.keys[h.k], i)
+			if p := (i - 1) / 2; i > 0 && h.key(h.ls[p]) > h.key(l) {
+				t.Fatalf("step %d: key %d at %d above key %d at %d", step, h.key(h.ls[p]), p, h.key(l), i)
 			}
 		}
 		for _, l := range ls {
@@ -44,7 +49,13 @@ func TestLeaseHeapKeepsOrderAndPositions(t *testing.T) {
 			h.remove(l)
 			delete(in, l)
 		default:
-			h.set(l, rng.Int64N(1000))
+			at := rng.Int64N(1000)
+			if h.k == byDeadline {
+				l.validUntil = at
+				h.fix(l)
+			} else {
+				h.set(l, at)
+			}
 			in[l] = true
 		}
 		if step%97 == 0 || step > 19900 {
@@ -55,8 +66,8 @@ func TestLeaseHeapKeepsOrderAndPositions(t *testing.T) {
 		l := h.head()
 		h.remove(l)
 		delete(in, l)
-		if n := h.head(); n != nil && n.keys[h.k] < l.keys[h.k] {
-			t.Fatalf("popped %d before %d", l.keys[h.k], n.keys[h.k])
+		if n := h.head(); n != nil && h.key(n) < h.key(l) {
+			t.Fatalf("popped %d before %d", h.key(l), h.key(n))
 		}
 	}
 	check(-1)

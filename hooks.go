@@ -465,10 +465,10 @@ func (c *Client) leaseInfo(l *Lease, ttl time.Duration) LeaseInfo {
 	return LeaseInfo{Backend: c.backend, Name: l.name, Kind: l.kind.String(), Token: l.token, TTL: ttl}
 }
 
-// leaseEnded tells the hooks that l, which LeaseStart reported, ended with
-// err.
-func (c *Client) leaseEnded(l *Lease, ttl time.Duration, err error) {
-	e := LeaseEndInfo{Outcome: OutcomeReleased, Err: err, Held: time.Duration(c.now() - l.grantedAt)}
+// leaseEnded tells the hooks that l, which LeaseStart reported at
+// grantedAt, ended with err.
+func (c *Client) leaseEnded(l *Lease, ttl time.Duration, grantedAt int64, err error) {
+	e := LeaseEndInfo{Outcome: OutcomeReleased, Err: err, Held: time.Duration(c.now() - grantedAt)}
 	var le *lostError
 	switch {
 	case errors.As(err, &le):

@@ -22,44 +22,84 @@ import (
 // the resource it writes, so that a resource that checks fencing tokens can
 // refuse a holder that lost its lease without knowing it yet.
 type Lease struct {
-	c       *Client
-	name    string
-	owner   string
-	token   uint64
-	key     string // the driver's Grant.Key
-	handle  any
-	kind    driver.Kind
-	permits int
-	delay   time.Duration
-	drift   time.Duration
+	c      *Client
+	name   string
+	owner  string
+	token  uint64
+	handle any
+	key    string          // the driver's Grant.Key
+	parent context.Context // the context Lock was called with, for Context's values
+	// x holds what most leases never need (see leaseExtra); nil while all
+	// of it is zero. Set before the lease is shared, or later under mu;
+	// once set it is never replaced.
+	x *leaseExtra
+
+	// Guarded by c.mu: the lease's places in the Client's heaps (see
+	// renew.go). Every registered lease is in the byDeadline heap, which
+	// is also the Client's list of its leases.
+	keys       [byDeadline]int64 // renewal schedule keys, on the Client's clock
+	pos        [nHeaps]int32     // positions in the Client's heaps, -1 if absent
+	registered bool
+
+	kind  driver.Kind
+	flags leaseFlags // set before the lease is shared
+
+	mu    sync.Mutex
+	state leaseState // guarded by mu
+	ttl   time.Duration
+	// validUntil is the local monotonic deadline, on the Client's clock,
+	// and the lease's key in the byDeadline heap: written with both mu and
+	// c.mu held once the lease is registered, read under either.
+	validUntil int64
+}
+
+// leaseFlags are a Lease's settings that never change once it is shared.
+type leaseFlags uint8
+
+const (
+	autoRenew leaseFlags = 1 << iota // renewed by the Client's renewer
+	generated                        // owner generated for this grant alone (no explicit Owner)
+	observed                         // the Client's Hooks were told of the grant (LeaseStart)
+	watched                          // bound to a driver loss channel (in a lostWatcher)
+)
+
+// leaseState is where a Lease is in its life (guarded by Lease.mu).
+type leaseState uint8
+
+const (
+	stateLive      leaseState = iota
+	stateReleasing            // Unlock or Close is releasing it; renewal leaves it alone
+	stateEnded                // Err is set
+)
+
+// leaseExtra holds the parts of a Lease that most leases never need, so that
+// a held lease costs little heap: a lock-delay, a semaphore's size, an
+// explicit renewal interval, a hold count other than 1, the Hooks' grant
+// time, renewal failures, an end other than a plain release, and the Done
+// channel and Context. Its fields are set before the lease is shared or
+// under Lease.mu.
+type leaseExtra struct {
+	delay      time.Duration
+	permits    int
+	renewEvery time.Duration // when renewSet: the explicit renewal interval
 	// grantedAt is when the grant was reported to the Client's Hooks
 	// (LeaseStart), on the Client's clock; see observed.
-	grantedAt int64
-	lost      <-chan struct{}
-	cause     func() error
-	parent    context.Context // the context Lock was called with, for Context's values
-	count     int32
-	autoRenew bool
-	generated bool // owner generated for this grant alone (no explicit Owner)
-
-	// Guarded by c.mu: the lease's places in the Client's books.
-	registered bool
-	prev, next *Lease        // in the Client's list of its leases
-	keys       [nHeaps]int64 // schedule keys, on the Client's clock
-	pos        [nHeaps]int32 // positions in the Client's heaps, -1 if absent
-
-	mu        sync.Mutex
-	releasing bool
-	// observed is set, with grantedAt, when the Client's Hooks were told of
-	// the grant, before the lease is shared (so it needs no lock; it sits
-	// here to use the padding); end then tells them of its end.
-	observed   bool
+	grantedAt  int64
+	err        error  // Err once ended, unless it is ErrReleased
+	count      int32  // the hold count, when hasCount (otherwise 1)
 	renewFails uint16 // automatic renewals failed in a row (saturating)
-	ttl        time.Duration
-	renewEvery time.Duration
-	validUntil int64 // local monotonic deadline, on the Client's clock
-	err        error
+	renewSet   bool
+	hasCount   bool
 	sig        *leaseSignals // made on first use of Done or Context
+}
+
+// extraLocked returns l.x, making it if need be (l.mu held, or l not yet
+// shared).
+func (l *Lease) extraLocked() *leaseExtra {
+	if l.x == nil {
+		l.x = &leaseExtra{}
+	}
+	return l.x
 }
 
 // leaseSignals are a Lease's Done channel and Context, made on first use:
@@ -82,26 +122,55 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	if g.TTL > 0 {
 		ttl = g.TTL
 	}
-	drift := r.drift
-	if g.TTL > 0 && g.TTL != r.ttl && c.opts.Drift == 0 {
-		drift = defaultDrift(g.TTL)
+	l := &Lease{
+		c: c, name: m.name, owner: r.owner, token: g.Token, key: g.Key, handle: g.Handle,
+		kind: m.kind, parent: parent,
+		pos: [nHeaps]int32{-1, -1, -1},
+		ttl: ttl,
 	}
-	every := r.renew
-	if !r.renewSet || every == 0 {
-		every = ttl / 3
+	if r.generated {
+		l.flags |= generated
+	}
+	if r.delay != 0 {
+		l.extraLocked().delay = r.delay
+	}
+	if m.permits != 0 {
+		l.extraLocked().permits = m.permits
+	}
+	if g.Count != 1 {
+		x := l.extraLocked()
+		x.count, x.hasCount = int32(g.Count), true
+	}
+	if r.renewSet && r.renew != 0 {
+		x := l.extraLocked()
+		x.renewEvery, x.renewSet = r.renew, true
+	}
+	every := l.renewEveryLocked()
+	if every > 0 {
+		l.flags |= autoRenew
 	}
 	at := c.at(sent)
-	return &Lease{
-		c: c, name: m.name, owner: r.owner, token: g.Token, key: g.Key, count: int32(g.Count), handle: g.Handle,
-		kind: m.kind, permits: m.permits,
-		delay: r.delay, drift: drift, lost: g.Lost, cause: g.Cause, parent: parent,
-		autoRenew: every > 0,
-		generated: r.generated,
-		keys:      [nHeaps]int64{byRenew: at + int64(every)}, // filed by register
-		pos:       [nHeaps]int32{-1, -1, -1},
-		ttl:       ttl, renewEvery: every,
-		validUntil: at + int64(ttl-drift),
+	l.keys[byRenew] = at + int64(every) // filed by register
+	l.validUntil = at + int64(ttl-l.driftLocked())
+	return l
+}
+
+// renewEveryLocked is how often l is renewed (l.mu held, or l not yet
+// shared): a third of its TTL unless set explicitly (negative: never).
+func (l *Lease) renewEveryLocked() time.Duration {
+	if x := l.x; x != nil && x.renewSet {
+		return x.renewEvery
 	}
+	return l.ttl / 3
+}
+
+// driftLocked is the margin taken off l's validity (l.mu held, or l not
+// yet shared): Options.Drift, or by default a share of its TTL.
+func (l *Lease) driftLocked() time.Duration {
+	if d := l.c.opts.Drift; d != 0 {
+		return d
+	}
+	return defaultDrift(l.ttl)
 }
 
 // Name returns the lock's name.
@@ -141,7 +210,14 @@ func (l *Lease) Kind() string { return l.kind.String() }
 
 // Count returns the hold count the backend reported when this lease was
 // granted: 1, or more if the owner re-entered.
-func (l *Lease) Count() int { return int(l.count) }
+func (l *Lease) Count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if x := l.x; x != nil && x.hasCount {
+		return int(x.count)
+	}
+	return 1
+}
 
 // Done returns a channel closed when the lease ends: released, lost, or its
 // client closed. Every call returns the same channel, except once the lease
@@ -149,16 +225,14 @@ func (l *Lease) Count() int { return int(l.count) }
 func (l *Lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sig == nil || l.sig.done == nil {
-		if l.err != nil {
+	sig := l.sigLocked()
+	if sig.done == nil {
+		if l.state == stateEnded {
 			return closedChan
 		}
-		if l.sig == nil {
-			l.sig = &leaseSignals{}
-		}
-		l.sig.done = make(chan struct{})
+		sig.done = make(chan struct{})
 	}
-	return l.sig.done
+	return sig.done
 }
 
 // Err returns nil while the lease is held; afterwards an error wrapping
@@ -166,7 +240,27 @@ func (l *Lease) Done() <-chan struct{} {
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.err
+	return l.errLocked()
+}
+
+// errLocked is Err with l.mu held.
+func (l *Lease) errLocked() error {
+	switch {
+	case l.state != stateEnded:
+		return nil
+	case l.x != nil && l.x.err != nil:
+		return l.x.err
+	}
+	return ErrReleased
+}
+
+// sigLocked returns l's signals, making them if need be (l.mu held).
+func (l *Lease) sigLocked() *leaseSignals {
+	x := l.extraLocked()
+	if x.sig == nil {
+		x.sig = &leaseSignals{}
+	}
+	return x.sig
 }
 
 // Context returns a context cancelled when Done closes, carrying the values
@@ -175,16 +269,14 @@ func (l *Lease) Err() error {
 func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sig == nil {
-		l.sig = &leaseSignals{}
-	}
-	if l.sig.ctx == nil {
-		l.sig.ctx, l.sig.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
-		if l.err != nil {
-			l.sig.cancel(l.err)
+	sig := l.sigLocked()
+	if sig.ctx == nil {
+		sig.ctx, sig.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
+		if l.state == stateEnded {
+			sig.cancel(l.errLocked())
 		}
 	}
-	return l.sig.ctx
+	return sig.ctx
 }
 
 // ValidFor returns how long the lease is known to be valid from now, by the
@@ -192,10 +284,7 @@ func (l *Lease) Context() context.Context {
 func (l *Lease) ValidFor() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return 0
-	}
-	return max(time.Duration(l.validUntil-l.c.now()), 0)
+	return l.validForLocked()
 }
 
 // Extend sets the lease's TTL to ttl from now on the server and uses ttl for
@@ -224,7 +313,7 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		return invalid("TTL", "must be at least %v on this backend, got %v", l.c.limits.MinTTL, ttl)
 	}
 	l.mu.Lock()
-	if l.err != nil || l.releasing {
+	if l.state != stateLive {
 		l.mu.Unlock()
 		return fmt.Errorf("dlock: extend %q: %w", l.name, ErrNotHeld)
 	}
@@ -247,14 +336,10 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 		}
 		return l.c.wrap("extend", l.name, rctx, err)
 	}
-	drift := l.c.opts.Drift
-	if drift == 0 {
-		drift = defaultDrift(ttl)
-	}
 	l.mu.Lock()
-	l.ttl, l.drift = ttl, drift
-	if l.autoRenew {
-		l.renewEvery = ttl / 3
+	l.ttl = ttl // the drift follows (driftLocked)
+	if l.flags&autoRenew != 0 && l.x != nil {
+		l.x.renewSet = false // renewed every ttl/3 from now on
 	}
 	l.confirmedLocked(sent)
 	l.mu.Unlock()
@@ -300,6 +385,7 @@ func (l *Lease) unlock(ctx context.Context) error {
 	defer cancel()
 	dl := l.driverLease()
 	_, err := l.c.d.Release(rctx, dl)
+	gen := l.flags&generated != 0
 	switch {
 	case err == nil:
 		l.end(ErrReleased)
@@ -309,11 +395,12 @@ func (l *Lease) unlock(ctx context.Context) error {
 		return fmt.Errorf("dlock: unlock %q: %w", l.name, ErrNotHeld)
 	default:
 		what := "retried in the background"
-		if !l.generated {
+		if !gen {
 			what = "the lock is freed when its TTL or session ends"
 		}
+		lost := l.c.lostOf(l) // before end takes l out of its watcher
 		l.end(fmt.Errorf("%w (release failed, %s: %v)", ErrReleased, what, err))
-		l.c.releaseUnknown("unlock", dl, l.lost, l.generated, err)
+		l.c.releaseUnknown("unlock", dl, lost, gen, err)
 		return l.c.wrap("unlock", l.name, rctx, err)
 	}
 }
@@ -332,12 +419,12 @@ func (c *Client) detached(ctx context.Context) (context.Context, context.CancelF
 func (l *Lease) beginRelease() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil || l.releasing {
+	if l.state != stateLive {
 		return false
 	}
 	// The lease stays in the renewal heaps until it ends (renewBatch skips
 	// it), so that an Unlock takes Client.mu once, in unregister.
-	l.releasing = true
+	l.state = stateReleasing
 	return true
 }
 
@@ -348,25 +435,28 @@ func (l *Lease) driverLease() driver.Lease {
 }
 
 func (l *Lease) driverLeaseLocked() driver.Lease {
-	return driver.Lease{Name: l.name, Owner: l.owner, Token: l.token, Handle: l.handle, TTL: l.ttl, LockDelay: l.delay,
-		Kind: l.kind, Permits: l.permits}
+	dl := driver.Lease{Name: l.name, Owner: l.owner, Token: l.token, Handle: l.handle, TTL: l.ttl, Kind: l.kind}
+	if x := l.x; x != nil {
+		dl.LockDelay, dl.Permits = x.delay, x.permits
+	}
+	return dl
 }
 
 // confirmedLocked records a successful renewal whose request was sent at sent.
 func (l *Lease) confirmedLocked(sent time.Time) {
-	if l.err != nil {
+	if l.state == stateEnded {
 		return
 	}
 	at := l.c.at(sent)
-	if valid := at + int64(l.ttl-l.drift); valid > l.validUntil {
-		l.validUntil = valid
+	if valid := at + int64(l.ttl-l.driftLocked()); valid > l.validUntil {
 		l.c.mu.Lock()
+		l.validUntil = valid
 		if l.registered {
 			l.c.scheduleDeadlineLocked(l)
 		}
 		l.c.mu.Unlock()
 	}
-	l.renewalLocked(at + int64(l.renewEvery))
+	l.renewalLocked(at + int64(l.renewEveryLocked()))
 }
 
 // lose ends the lease with ErrLeaseLost wrapping cause, and logs the loss
@@ -381,23 +471,32 @@ func (l *Lease) lose(cause error) {
 // end finishes the lease once; it reports whether this call ended it.
 func (l *Lease) end(err error) bool {
 	l.mu.Lock()
-	if l.err != nil {
+	if l.state == stateEnded {
 		l.mu.Unlock()
 		return false
 	}
-	l.err = err
+	l.state = stateEnded
+	if err != ErrReleased {
+		l.extraLocked().err = err
+	}
 	// Done and Context asked for from now on come already ended: only
 	// those made before are ended here.
 	var done chan struct{}
 	var cancel context.CancelCauseFunc
-	if l.sig != nil {
-		done, cancel = l.sig.done, l.sig.cancel
+	var grantedAt int64
+	if x := l.x; x != nil {
+		if x.sig != nil {
+			done, cancel = x.sig.done, x.sig.cancel
+		}
+		grantedAt = x.grantedAt
 	}
 	ttl := l.ttl
-	l.mu.Unlock()
+	// Taken out of the Client's books before l.mu is let go, so that
+	// whoever finds l ended finds it gone from them too (the reaper).
 	l.c.unregister(l)
-	if l.observed {
-		l.c.leaseEnded(l, ttl, err)
+	l.mu.Unlock()
+	if l.flags&observed != 0 {
+		l.c.leaseEnded(l, ttl, grantedAt, err)
 	}
 	if cancel != nil {
 		cancel(err)

@@ -293,10 +293,11 @@ func (m *Mutex) finish(ctx context.Context, op string, r resolved, g driver.Gran
 	if c.hooks != nil {
 		// Reported before register, so that LeaseEnd, which a loss noticed
 		// at once could call, always comes after.
-		l.observed, l.grantedAt = true, c.now()
+		l.flags |= observed
+		l.extraLocked().grantedAt = c.now()
 		c.hooks.LeaseStart(c.leaseInfo(l, l.ttl))
 	}
-	if !c.register(l, g.Lost) {
+	if !c.register(l, g.Lost, g.Cause) {
 		rctx, rcancel := c.detached(ctx)
 		_, _ = c.d.Release(rctx, l.driverLease())
 		rcancel()

@@ -21,7 +21,10 @@ import (
 //   - byDeadline orders every lease by its local validity deadline.
 //
 // Each lease knows its position in each heap, so adding, moving and removing
-// it costs O(log n). The renewer goroutine sleeps until the head of byRenew
+// it costs O(log n). The byDeadline key is the lease's validUntil itself
+// (written under Client.mu as well as Lease.mu), and a lease stays in that
+// heap from register to unregister, so the heap also lists every lease the
+// Client holds (for Close). The renewer goroutine sleeps until the head of byRenew
 // falls due and then takes, from byEarly, every lease that may join the
 // batch; the reaper goroutine sleeps until the head of byDeadline passes and
 // ends the leases whose deadline did. A grant wakes either goroutine only
@@ -42,14 +45,23 @@ const idle = math.MaxInt64
 // and Unlock for its whole length.
 const schedBatch = 256
 
-// leaseHeap is a min-heap of leases on their key k (Lease.keys[k]); each
-// lease keeps its position in Lease.pos[k], -1 when absent.
+// leaseHeap is a min-heap of leases on their key k (Lease.keys[k], or
+// Lease.validUntil for byDeadline); each lease keeps its position in
+// Lease.pos[k], -1 when absent.
 type leaseHeap struct {
 	k  int
 	ls []*Lease
 }
 
-func (h *leaseHeap) less(i, j int) bool { return h.ls[i].keys[h.k] < h.ls[j].keys[h.k] }
+// key returns l's key in h.
+func (h *leaseHeap) key(l *Lease) int64 {
+	if h.k == byDeadline {
+		return l.validUntil
+	}
+	return l.keys[h.k]
+}
+
+func (h *leaseHeap) less(i, j int) bool { return h.key(h.ls[i]) < h.key(h.ls[j]) }
 
 func (h *leaseHeap) swap(i, j int) {
 	h.ls[i], h.ls[j] = h.ls[j], h.ls[i]
@@ -68,7 +80,9 @@ func (h *leaseHeap) up(i int) {
 	}
 }
 
-func (h *leaseHeap) down(i int) {
+// down moves the lease at i down to its place; it reports whether it moved.
+func (h *leaseHeap) down(i int) bool {
+	i0 := i
 	n := len(h.ls)
 	for {
 		m := i
@@ -79,27 +93,30 @@ func (h *leaseHeap) down(i int) {
 			m = r
 		}
 		if m == i {
-			return
+			return i != i0
 		}
 		h.swap(i, m)
 		i = m
 	}
 }
 
-// set gives l the key at, adding l or moving it.
+// set gives l the key at in a renewal heap, adding l or moving it.
 func (h *leaseHeap) set(l *Lease, at int64) {
-	old := l.keys[h.k]
 	l.keys[h.k] = at
+	h.fix(l)
+}
+
+// fix adds l to the heap, or moves it to its place after its key changed.
+func (h *leaseHeap) fix(l *Lease) {
 	i := int(l.pos[h.k])
-	switch {
-	case i < 0:
+	if i < 0 {
 		l.pos[h.k] = int32(len(h.ls))
 		h.ls = append(h.ls, l)
 		h.up(len(h.ls) - 1)
-	case at < old:
+		return
+	}
+	if !h.down(i) {
 		h.up(i)
-	case at > old:
-		h.down(i)
 	}
 }
 
@@ -189,14 +206,15 @@ func (c *Client) at(t time.Time) int64 { return int64(t.Sub(c.epoch)) }
 // unless l is not yet registered, so no one else can reach it).
 func (c *Client) scheduleRenewLocked(l *Lease, at int64) {
 	c.heaps[byRenew].set(l, at)
-	c.heaps[byEarly].set(l, at-int64(l.renewEvery/2))
+	c.heaps[byEarly].set(l, at-int64(l.renewEveryLocked()/2))
 	c.renewer.wakeByLocked(at)
 }
 
 // scheduleDeadlineLocked files l for loss at its validUntil (Client.mu held,
-// and l.mu unless l is not yet registered).
+// and l.mu unless l is not yet registered), once it is added or has
+// changed.
 func (c *Client) scheduleDeadlineLocked(l *Lease) {
-	c.heaps[byDeadline].set(l, l.validUntil)
+	c.heaps[byDeadline].fix(l)
 	c.reaper.wakeByLocked(l.validUntil)
 }
 
@@ -209,7 +227,7 @@ func (c *Client) unscheduleRenewLocked(l *Lease) {
 // renewalLocked files l for renewal at at (l.mu held), unless it has ended,
 // is being released or does not renew automatically.
 func (l *Lease) renewalLocked(at int64) {
-	if l.err != nil || l.releasing || !l.autoRenew {
+	if l.state != stateLive || l.flags&autoRenew == 0 {
 		return
 	}
 	l.c.mu.Lock()
@@ -224,7 +242,7 @@ func (h *leaseHeap) nextKey() int64 {
 	if len(h.ls) == 0 {
 		return idle
 	}
-	return h.ls[0].keys[h.k]
+	return h.key(h.ls[0])
 }
 
 // runSleeper runs one of c's scheduling goroutines until c closes: take
@@ -284,7 +302,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 	deadline := c.at(now.Add(time.Hour))
 	for _, l := range batch {
 		l.mu.Lock()
-		if l.err == nil && !l.releasing {
+		if l.state == stateLive {
 			ls = append(ls, l.driverLeaseLocked())
 			live = append(live, l)
 			deadline = min(deadline, l.validUntil)
@@ -323,7 +341,9 @@ func (c *Client) renewBatch(batch []*Lease) {
 		case e == nil:
 			l.mu.Lock()
 			l.confirmedLocked(sent)
-			l.renewFails = 0
+			if l.x != nil {
+				l.x.renewFails = 0
+			}
 			if c.hooks != nil {
 				r = RenewalInfo{Outcome: OutcomeOK, ValidFor: l.validForLocked()}
 				info = c.leaseInfo(l, l.ttl)
@@ -332,7 +352,7 @@ func (c *Client) renewBatch(batch []*Lease) {
 		case gone(e):
 			if c.hooks != nil {
 				l.mu.Lock()
-				r = RenewalInfo{Outcome: OutcomeLost, Err: e, Latency: latency, Failures: int(l.renewFails) + 1,
+				r = RenewalInfo{Outcome: OutcomeLost, Err: e, Latency: latency, Failures: l.renewFailsLocked() + 1,
 					ValidFor: l.validForLocked(), Batch: len(live), Index: i}
 				info = c.leaseInfo(l, l.ttl)
 				l.mu.Unlock()
@@ -345,12 +365,12 @@ func (c *Client) renewBatch(batch []*Lease) {
 			// deadline, which the reaper enforces on its own.
 			l.mu.Lock()
 			t := c.now()
-			retry := min(l.renewEvery/4, max(time.Duration(l.validUntil-t)/3, time.Millisecond))
+			retry := min(l.renewEveryLocked()/4, max(time.Duration(l.validUntil-t)/3, time.Millisecond))
 			l.renewalLocked(t + int64(max(retry, time.Millisecond)))
-			if l.renewFails < math.MaxUint16 {
-				l.renewFails++
+			if x := l.extraLocked(); x.renewFails < math.MaxUint16 {
+				x.renewFails++
 			}
-			fails, left := l.renewFails, l.validForLocked()
+			fails, left := l.renewFailsLocked(), l.validForLocked()
 			if c.hooks != nil {
 				r = RenewalInfo{Outcome: OutcomeError, Err: e, Failures: int(fails), ValidFor: left}
 				info = c.leaseInfo(l, l.ttl)
@@ -366,9 +386,18 @@ func (c *Client) renewBatch(batch []*Lease) {
 	}
 }
 
+// renewFailsLocked counts the automatic renewals of l that failed in a row
+// (l.mu held).
+func (l *Lease) renewFailsLocked() int {
+	if l.x == nil {
+		return 0
+	}
+	return int(l.x.renewFails)
+}
+
 // validForLocked is ValidFor with l.mu held.
 func (l *Lease) validForLocked() time.Duration {
-	if l.err != nil {
+	if l.state == stateEnded {
 		return 0
 	}
 	return max(time.Duration(l.validUntil-l.c.now()), 0)
@@ -386,7 +415,7 @@ func (c *Client) warnUnanswered(live []*Lease, timeout time.Duration) *time.Time
 	after := timeout / 2
 	for _, l := range live {
 		l.mu.Lock()
-		after = min(after, l.renewEvery)
+		after = min(after, l.renewEveryLocked())
 		l.mu.Unlock()
 	}
 	start := time.Now()
@@ -394,7 +423,7 @@ func (c *Client) warnUnanswered(live []*Lease, timeout time.Duration) *time.Time
 		waited := time.Since(start).Round(time.Millisecond)
 		for _, l := range live {
 			l.mu.Lock()
-			ended, fails, left := l.err != nil, l.renewFails, l.validForLocked()
+			ended, fails, left := l.state == stateEnded, l.renewFailsLocked(), l.validForLocked()
 			l.mu.Unlock()
 			if ended {
 				continue
@@ -416,20 +445,25 @@ func (c *Client) runReaper() {
 	})
 }
 
-// expiredLeases takes out of the deadline heap up to schedBatch leases whose
-// deadline is not after now, or returns when the next deadline falls (idle
-// if none; the reaper is armed for it).
+// expiredLeases returns up to schedBatch leases whose deadline is not after
+// now, or when the next deadline falls (idle if none; the reaper is armed for
+// it). The leases stay in the heap: deadlinePassed ends them, which takes
+// them out, unless a renewal extended them meanwhile, which moved them.
 func (c *Client) expiredLeases(now int64) (next int64, expired []*Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := &c.heaps[byDeadline]
-	for range schedBatch {
-		l := h.head()
-		if l == nil || l.keys[byDeadline] > now {
-			break
+	// The expired leases are a subtree at the top of the heap.
+	var stack [64]int
+	todo := append(stack[:0], 0)
+	for len(todo) > 0 && len(expired) < schedBatch {
+		i := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if i >= len(h.ls) || h.ls[i].validUntil > now {
+			continue
 		}
-		h.remove(l)
-		expired = append(expired, l)
+		expired = append(expired, h.ls[i])
+		todo = append(todo, 2*i+2, 2*i+1)
 	}
 	if len(expired) > 0 {
 		return 0, expired
@@ -440,19 +474,11 @@ func (c *Client) expiredLeases(now int64) (next int64, expired []*Lease) {
 }
 
 // deadlinePassed ends l with ErrLeaseLost, the reaper having found its
-// deadline passed, unless a renewal extended it meanwhile.
+// deadline passed, unless a renewal extended it meanwhile (which moved it in
+// the deadline heap).
 func (l *Lease) deadlinePassed() {
 	l.mu.Lock()
-	if l.err != nil {
-		l.mu.Unlock()
-		return
-	}
-	if l.validUntil > l.c.now() { // extended after the reaper took it
-		l.c.mu.Lock()
-		if l.registered {
-			l.c.scheduleDeadlineLocked(l)
-		}
-		l.c.mu.Unlock()
+	if l.state == stateEnded || l.validUntil > l.c.now() {
 		l.mu.Unlock()
 		return
 	}

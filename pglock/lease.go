@@ -18,8 +18,11 @@ type leases struct{ *store }
 
 var _ sqlcommon.Locker = leases{}
 
-// TryAcquire implements sqlcommon.Locker: one INSERT … ON CONFLICT … DO
-// UPDATE … WHERE <free or ours> RETURNING.
+// TryAcquire implements sqlcommon.Locker: an UPDATE … WHERE <free or ours>
+// RETURNING of the name's row and, only when that updates nothing (the row
+// is missing or held by another), one INSERT … ON CONFLICT … DO UPDATE …
+// WHERE <free or ours> RETURNING that decides again and reports how long the
+// row stays held.
 func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if req.Kind != driver.Exclusive {
 		return d.acquireKind(ctx, req)
@@ -30,7 +33,16 @@ func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driv
 		count      int
 		retryAfter int64
 	)
-	err := d.pool.QueryRow(ctx, d.q.leaseAcquire, req.Name, req.Owner, micros(req.TTL), micros(req.LockDelay)).
+	// The common case in one plain UPDATE; no row means the name's row is
+	// missing or not free, which the upsert below decides and reports.
+	err := d.pool.QueryRow(ctx, d.q.leaseTake, req.Name, req.Owner, micros(req.TTL), micros(req.LockDelay)).Scan(&fence, &count)
+	if err == nil {
+		return driver.Grant{Token: uint64(fence), Count: count, TTL: req.TTL}, nil
+	}
+	if !isNoRows(err) {
+		return driver.Grant{}, ctxerr.Wrap(ctx, "pglock: acquire", err)
+	}
+	err = d.pool.QueryRow(ctx, d.q.leaseAcquire, req.Name, req.Owner, micros(req.TTL), micros(req.LockDelay)).
 		Scan(&won, &fence, &count, &retryAfter)
 	if err != nil {
 		if isNoRows(err) {

@@ -12,7 +12,7 @@ import (
 type queries struct {
 	createTable, createRowTable string
 
-	leaseAcquire, leaseRelease, leaseRenew string
+	leaseTake, leaseAcquire, leaseRelease, leaseRenew string
 
 	advisoryAcquire, advisoryAcquire13, advisoryRelease, advisoryReleaseReset, advisoryPing string
 
@@ -73,6 +73,21 @@ UNION ALL
 SELECT false, fence, count, GREATEST(0, (extract(epoch FROM delay_until - now()) * 1e6)::bigint)
 FROM $T WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM up)`)
 
+	// The common case, the name's row exists, is tried first with a plain
+	// UPDATE of the same decision: no speculative-insert path, no tuple
+	// lock before the update, no second branch (about a tenth less server
+	// time per Lock+Unlock than leaseAcquire). It returns no row when the
+	// row is missing or not free; leaseAcquire then decides.
+	q.leaseTake = r.Replace(`UPDATE $T AS l SET
+	count = CASE WHEN l.delay_until <= now() THEN 1 ELSE l.count + 1 END,
+	fence = CASE WHEN l.delay_until <= now() THEN GREATEST(l.fence, l.fence_floor) + 1 ELSE l.fence END,
+	owner = $2,
+	lock_until = now() + $3 * interval '1 microsecond',
+	delay_until = now() + ($3 + $4) * interval '1 microsecond',
+	version = l.version + 1
+WHERE l.name = $1 AND (l.delay_until <= now() OR (l.lock_until > now() AND l.owner = $2))
+RETURNING fence, count`)
+
 	q.leaseRelease = r.Replace(`WITH r AS (
 	UPDATE $T SET
 		count = count - 1,
@@ -94,22 +109,25 @@ RETURNING l.name, l.owner, l.fence`)
 
 	// The advisory lock is taken first; only if it was granted does the
 	// same statement bump the name's fence counter, and that increment
-	// commits (autocommit) before the grant is reported.
+	// commits (autocommit) before the grant is reported. The bump is a
+	// plain UPDATE of the name's row (cheaper than an upsert); fence 0 with
+	// the lock granted means the row is missing, and fenceBump then creates
+	// it on the same session, before the grant is reported.
 	q.advisoryAcquire = r.Replace(`WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
 s AS MATERIALIZED (
 	SELECT current_setting('idle_session_timeout') AS old, set_config('idle_session_timeout', $4, false) AS new
 	FROM g WHERE g.ok),
 f AS (
-	INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 FROM g WHERE g.ok
-	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
-	RETURNING fence)
+	UPDATE $T AS l SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = $3, version = l.version + 1
+	FROM g WHERE g.ok AND l.name = $2
+	RETURNING l.fence)
 SELECT g.ok, COALESCE((SELECT fence FROM f), 0), COALESCE((SELECT old FROM s), '') FROM g`)
 	// Before PostgreSQL 14 there is no idle_session_timeout.
 	q.advisoryAcquire13 = r.Replace(`WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
 f AS (
-	INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 FROM g WHERE g.ok
-	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
-	RETURNING fence)
+	UPDATE $T AS l SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = $3, version = l.version + 1
+	FROM g WHERE g.ok AND l.name = $2
+	RETURNING l.fence)
 SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
 	q.advisoryRelease = `SELECT pg_advisory_unlock($1), (SELECT true FROM pg_notify($2, $3))`
 	q.advisoryReleaseReset = `SELECT pg_advisory_unlock($1), (SELECT true FROM pg_notify($2, $3)), set_config('idle_session_timeout', $4, false)`

@@ -115,7 +115,9 @@ var _ sqlcommon.SessionSQL[*pinned] = advisory{}
 func (advisory) Abort(c *pinned) { abort(c, "SELECT pg_advisory_unlock_all()") }
 
 // Lock implements sqlcommon.SessionSQL: it tries the advisory lock and, if
-// granted, bumps the fence in the same autocommitted statement.
+// granted, bumps the fence in the same autocommitted statement (in a second
+// one on the same session the first time a name is used, to create its
+// row).
 func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest) (bool, uint64, error) {
 	if req.Kind != driver.Exclusive {
 		return a.lockKind(ctx, c, req)
@@ -136,6 +138,14 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 		return false, 0, err
 	}
 	c.oldTimeout = old
+	if ok && fence == 0 {
+		// The name has no row yet: create it with its first increment, on
+		// the pinned session that holds the lock (a session that died
+		// since cannot run it, so no later holder's token is smaller).
+		if err := c.QueryRow(ctx, a.q.fenceBump, name, owner).Scan(&fence); err != nil {
+			return false, 0, err
+		}
+	}
 	if ok && a.testHookLocked != nil {
 		a.testHookLocked(ctx, c)
 	}

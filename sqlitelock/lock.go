@@ -22,6 +22,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if req.Kind != driver.Exclusive {
 		return d.acquireKind(ctx, req)
 	}
+	if left := d.sig.yielding(req.Name); left > 0 {
+		return driver.Grant{}, &driver.LockedError{RetryAfter: left}
+	}
 	ttl, delay := ms(req.TTL), ms(req.LockDelay)
 	if ttl < 1 {
 		ttl = 1

@@ -40,7 +40,27 @@ type signal struct {
 	offsets map[int64]int     // held names per offset (names may collide)
 	watches *sqlcommon.Watches
 	closed  bool
+	// yield holds, per name this driver just released while another
+	// driver's waiters watched it, until when this driver's own new
+	// attempts on it stand back (see yielding).
+	yield map[string]time.Time
+	// mark keeps a shared lock on waitersOff of every name this driver has
+	// subscribers for (marks counts them per byte); opened on first use.
+	mark  fileLocker
+	marks map[int64]int
 }
+
+// yieldFor is how long a driver that released a lock with waiters elsewhere
+// leaves it to them: a woken waiter needs well under a millisecond to make
+// its grant statement; the releaser looping straight back into Lock (a hot
+// lock) needs microseconds, and without this took the lock again about 83%
+// of the time under 8 contenders.
+const yieldFor = 5 * time.Millisecond
+
+// waitersOff is the byte whose shared lock a watch keeps for as long as it
+// watches the name at off: a releaser that finds it held knows waiters
+// elsewhere are being woken. Names' bytes are below 1<<62.
+func waitersOff(off int64) int64 { return off + 1<<62 }
 
 // fileLocker is one open file description of the companion file.
 type fileLocker interface {
@@ -48,6 +68,9 @@ type fileLocker interface {
 	// byte off without waiting; false when another description holds a
 	// conflicting lock.
 	try(off int64, exclusive, unlock bool) (bool, error)
+	// others reports, without taking anything, whether another open file
+	// description holds a lock on byte off.
+	others(off int64) (bool, error)
 	// wait blocks until a shared lock on off is granted.
 	wait(off int64) error
 	close() error
@@ -65,7 +88,7 @@ func newSignal(dbFile string) *signal {
 	if fi, err := os.Stat(dbFile); err == nil {
 		perm = fi.Mode().Perm()
 	}
-	s := &signal{path: dbFile + "-dlock", held: map[string]string{}, offsets: map[int64]int{}}
+	s := &signal{path: dbFile + "-dlock", held: map[string]string{}, offsets: map[int64]int{}, yield: map[string]time.Time{}, marks: map[int64]int{}}
 	s.watches = sqlcommon.NewWatches(func(_ context.Context, name string) (sqlcommon.Waiter, error) {
 		f, err := openLocker(s.path, false, 0)
 		if err != nil {
@@ -150,6 +173,96 @@ func (s *signal) releasedKey(key, name, owner string) {
 	}
 	delete(s.offsets, off)
 	_, _ = s.hold.try(off, false, true)
+	// Waiters elsewhere (another driver's mark; with subscribers of its
+	// own this driver cannot tell, and leaves it to them to race as before).
+	if s.marks[off] == 0 {
+		if w, err := s.hold.others(waitersOff(off)); err == nil && w {
+			if len(s.yield) >= 256 {
+				for n, u := range s.yield {
+					if time.Until(u) <= 0 {
+						delete(s.yield, n)
+					}
+				}
+			}
+			s.yield[name] = time.Now().Add(yieldFor)
+		}
+	}
+}
+
+// marked records a subscriber of name in this driver: while a name has
+// any, this driver keeps a shared lock on its waitersOff byte, which
+// tells a releaser in another driver that waiters are being woken. It
+// returns the function that drops the record.
+func (s *signal) marked(name string) func() {
+	off := waitersOff(offset(name))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return func() {}
+	}
+	if s.mark == nil {
+		f, err := openLocker(s.path, false, 0)
+		if err != nil {
+			return func() {}
+		}
+		s.mark = f
+	}
+	if s.marks[off]++; s.marks[off] == 1 {
+		// Nobody takes that byte exclusively: the shared lock is granted.
+		_, _ = s.mark.try(off, false, false)
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.closed || s.marks[off] == 0 {
+			return
+		}
+		if s.marks[off]--; s.marks[off] == 0 {
+			delete(s.marks, off)
+			_, _ = s.mark.try(off, false, true)
+		}
+	}
+}
+
+// markedSub is a subscription that keeps its name marked (see marked)
+// until it is closed.
+type markedSub struct {
+	driver.Subscription
+	once   sync.Once
+	unmark func()
+}
+
+func (m *markedSub) Close() error {
+	m.once.Do(m.unmark)
+	return m.Subscription.Close()
+}
+
+// yielding reports how long this driver's new attempts on name stand back:
+// for yieldFor after it released name while waiters elsewhere (in another
+// driver or process) watched it, so that the waiter woken by the release
+// takes the lock rather than this driver looping back into Lock. Such an
+// attempt is refused as if the lock were held, with that time as its
+// RetryAfter, without asking the database.
+func (s *signal) yielding(name string) time.Duration {
+	if s == nil {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.yield[name]
+	if !ok {
+		return 0
+	}
+	left := time.Until(until)
+	if left <= 0 || len(s.yield) > 1024 {
+		// Drop expired entries, all of them now and then.
+		for n, u := range s.yield {
+			if time.Until(u) <= 0 {
+				delete(s.yield, n)
+			}
+		}
+	}
+	return max(left, 0)
 }
 
 // close drops every byte this driver holds (which wakes their waiters)
@@ -167,6 +280,9 @@ func (s *signal) close() {
 	s.closed = true
 	if s.hold != nil {
 		_ = s.hold.close()
+	}
+	if s.mark != nil {
+		_ = s.mark.close()
 	}
 	s.watches.Close(false)
 }
@@ -188,7 +304,7 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 	if err != nil {
 		return nil, fmt.Errorf("sqlitelock: subscribe: %w", err)
 	}
-	return sub, nil
+	return &markedSub{Subscription: sub, unmark: d.sig.marked(name)}, nil
 }
 
 // waiter waits for one name's byte on its own open of the companion file.

@@ -44,6 +44,14 @@ func (o ofd) try(off int64, exclusive, unlock bool) (bool, error) {
 	return err == nil, err
 }
 
+func (o ofd) others(off int64) (bool, error) {
+	lk := o.lk(off, unix.F_WRLCK)
+	if err := unix.FcntlFlock(o.f.Fd(), unix.F_OFD_GETLK, lk); err != nil {
+		return false, err
+	}
+	return lk.Type != unix.F_UNLCK, nil
+}
+
 func (o ofd) wait(off int64) error {
 	for {
 		err := unix.FcntlFlock(o.f.Fd(), unix.F_OFD_SETLKW, o.lk(off, unix.F_RDLCK))

@@ -63,7 +63,7 @@ func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 		Key:    h.key,
 		Handle: h,
 		Lost:   h.sess.Done(),
-		Cause:  h.sess.Cause,
+		Cause:  h.sess.CauseFunc(),
 	}
 }
 
@@ -120,11 +120,10 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	h := &handle{name: req.Name, slotName: req.Name, slot: sess.takeSlot(req.Name), sess: sess}
+	h := &handle{name: req.Name, slot: sess.takeSlot(req.Name), sess: sess}
 	h.key = d.slotKey(req.Name, sess.id, h.slot)
 	pfx := d.queuePrefix(req.Name)
 	guard := d.guardKey(req.Name)
-	h.guard = guard
 	resp, sent, err := commitRefreshed(sess, d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", 0)).
 		Then(clientv3.OpPut(h.key, req.Owner, clientv3.WithLease(sess.id)),
@@ -324,7 +323,7 @@ func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, crea
 // path never leaves a live key blocking the queue.
 func (d *Driver) discard(h *handle, rev int64) {
 	if d.tryDiscard(h.key, rev) == nil {
-		h.sess.freeSlot(h.slotName, h.slot)
+		h.sess.freeSlot(h.slotName(), h.slot)
 		return
 	}
 	d.bg.Go(func() {
@@ -339,7 +338,7 @@ func (d *Driver) discard(h *handle, rev int64) {
 				return // the key went with the lease, and its slots with it
 			}
 			if d.tryDiscard(h.key, rev) == nil {
-				h.sess.freeSlot(h.slotName, h.slot)
+				h.sess.freeSlot(h.slotName(), h.slot)
 				return
 			}
 			delay = min(2*delay, 2*time.Second)

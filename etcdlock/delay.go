@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/ctxerr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -38,6 +39,16 @@ import (
 // sorts outside the name's queue prefix.
 func (d *Driver) guardKey(name string) string {
 	return d.prefix + name + "\x00delay"
+}
+
+// guardOf is h's lock-delay guard key: the lock's guard for a mutex, the
+// guard of h's own key for the other kinds (see kinds.go).
+func (d *Driver) guardOf(h *handle) string {
+	if h.kind == driver.Exclusive {
+		return d.guardKey(h.name)
+	}
+	base, guards := d.kindBase(h.kind, h.name)
+	return guards + h.key[len(base):]
 }
 
 // blocked reports whether a guard of another holder than key exists.
@@ -94,7 +105,7 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 	h.delay.Store(int64(delay))
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
-		Then(clientv3.OpPut(h.guard, h.key, clientv3.WithLease(id))).
+		Then(clientv3.OpPut(d.guardOf(h), h.key, clientv3.WithLease(id))).
 		Commit()
 	if err != nil {
 		return ctxerr.Wrap(ctx, "etcdlock: write lock-delay guard", err)
@@ -109,7 +120,7 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 // TTL delay, so that the lock-delay runs from now rather than from when the
 // driver would stop refreshing its delay lease.
 func (d *Driver) armGuard(ctx context.Context, h *handle, delay time.Duration) {
-	guard := h.guard
+	guard := d.guardOf(h)
 	resp, err := d.cli.Get(ctx, guard)
 	if err != nil || len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) != h.key {
 		return

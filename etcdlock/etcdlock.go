@@ -198,26 +198,33 @@ var (
 )
 
 // handle is the Grant.Handle of this driver.
+//
+// The driver keeps one per held grant, so it is kept small (96 bytes): what
+// can be derived from its fields is (its slot's name: slotName; its lock-
+// delay guard key: Driver.guardOf).
 type handle struct {
-	key      string
-	name     string
-	kind     driver.Kind
-	slotName string // the name its slot is recorded under: sessionlock.HoldName(kind, name)
-	guard    string // its lock-delay guard key (see delay.go)
-	slot     uint64 // the key's slot (see slots.go)
-	rev      int64  // the key's create revision
-	token    int64  // the grant's token: rev, or the revision of the write that marked a waited grant (see touch)
-	sess     *session
-	guarded  atomic.Bool  // a lock-delay guard of this grant was written
-	delay    atomic.Int64 // the lock-delay of the last guard written, a time.Duration
+	key   string
+	name  string
+	sess  *session
+	slot  uint64       // the key's slot (see slots.go)
+	rev   int64        // the key's create revision
+	token int64        // the grant's token: rev, or the revision of the write that marked a waited grant (see touch)
+	delay atomic.Int64 // the lock-delay of the last guard written, a time.Duration
 
 	confirmed sessionlock.Stamp // send time of the last request that proved the grant (see reap.go)
 
+	guarded atomic.Bool // a lock-delay guard of this grant was written
+	kind    driver.Kind
+
 	// Guarded by sess.mu (see slots.go):
-	pending int  // plain deletes of the key sent by Release and not answered
-	stale   bool // a plain delete of the key has an unknown outcome
-	freed   bool // the key's slot was freed
+	pending int32 // plain deletes of the key sent by Release and not answered
+	stale   bool  // a plain delete of the key has an unknown outcome
+	freed   bool  // the key's slot was freed
 }
+
+// slotName is the name h's slot is recorded under (see slots.go):
+// sessionlock.HoldName(kind, name).
+func (h *handle) slotName() string { return sessionlock.HoldName(h.kind, h.name) }
 
 // New returns a driver over cli. The driver does not close cli: Close stops
 // only what the driver started (its lease keepalive) and revokes its lease.

@@ -66,7 +66,6 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/ctxerr"
-	"github.com/dlock/dlock/internal/sessionlock"
 )
 
 var _ driver.Kinder = (*Driver)(nil)
@@ -99,10 +98,9 @@ func (d *Driver) kindBase(k driver.Kind, name string) (base, guards string) {
 	return n + rwMark, n + rwDelayMark
 }
 
-// kindKeys names the key of h (of kind h.kind, at h.slot of lease id) and
-// its guard.
+// kindKeys names the key of h (of kind h.kind, at h.slot of lease id).
 func (d *Driver) kindKeys(h *handle, id clientv3.LeaseID) {
-	base, guards := d.kindBase(h.kind, h.name)
+	base, _ := d.kindBase(h.kind, h.name)
 	rel := fmt.Sprintf("%x-%016x", int64(id), h.slot)
 	switch h.kind {
 	case driver.Read:
@@ -110,7 +108,7 @@ func (d *Driver) kindKeys(h *handle, id clientv3.LeaseID) {
 	case driver.Write:
 		rel = "w/" + rel
 	}
-	h.key, h.guard = base+rel, guards+rel
+	h.key = base + rel
 }
 
 // semValue is the value of a permit key: the semaphore's size and the owner.
@@ -197,7 +195,7 @@ func (d *Driver) decide(h *handle, permits int, rs []*etcdserverpb.ResponseOp) (
 		if kv := other(kvs(0), h.key); kv != nil {
 			return &blocker{key: string(kv.Key), rev: kv.CreateRevision}, nil
 		}
-		if kv := other(kvs(1), h.guard); kv != nil {
+		if kv := other(kvs(1), d.guardOf(h)); kv != nil {
 			return &blocker{key: string(kv.Key), rev: kv.CreateRevision}, nil
 		}
 		return nil, nil
@@ -216,11 +214,12 @@ func (d *Driver) decide(h *handle, permits int, rs []*etcdserverpb.ResponseOp) (
 		}
 	}
 	lost := 0
+	own := d.guardOf(h)
 	if len(before) <= permits {
 		// before holds every older key: the guards whose holder key is
 		// not among them are lost holders'.
 		for _, g := range kvs(2) {
-			if string(g.Key) != h.guard && !present[string(g.Value)] {
+			if string(g.Key) != own && !present[string(g.Value)] {
 				lost++
 			}
 		}
@@ -249,8 +248,8 @@ func (d *Driver) enqueueKind(ctx context.Context, req driver.AcquireRequest, wai
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	slotName := sessionlock.HoldName(req.Kind, req.Name)
-	h := &handle{name: req.Name, kind: req.Kind, slotName: slotName, slot: sess.takeSlot(slotName), sess: sess}
+	h := &handle{name: req.Name, kind: req.Kind, sess: sess}
+	h.slot = sess.takeSlot(h.slotName())
 	d.kindKeys(h, sess.id)
 	value := req.Owner
 	if req.Kind == driver.Permit {

@@ -64,17 +64,18 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 				return nil, err
 			}
 		}
-		h := &handle{name: r.Name, slotName: r.Name, slot: sess.takeSlot(r.Name), sess: sess, guard: d.guardKey(r.Name)}
+		h := &handle{name: r.Name, slot: sess.takeSlot(r.Name), sess: sess}
 		h.key = d.slotKey(r.Name, sess.id, h.slot)
+		guard := d.guardKey(r.Name)
 		hs = append(hs, h)
 		cmps = append(cmps,
 			clientv3.Compare(clientv3.CreateRevision(d.queuePrefix(r.Name)), "=", 0).WithPrefix(),
-			clientv3.Compare(clientv3.CreateRevision(h.guard), "=", 0))
+			clientv3.Compare(clientv3.CreateRevision(guard), "=", 0))
 		puts = append(puts, clientv3.OpPut(h.key, r.Owner, clientv3.WithLease(sess.id)))
 		if r.LockDelay > 0 {
 			h.guarded.Store(true)
 			h.delay.Store(int64(r.LockDelay))
-			puts = append(puts, clientv3.OpPut(h.guard, h.key, clientv3.WithLease(delayLease)))
+			puts = append(puts, clientv3.OpPut(guard, h.key, clientv3.WithLease(delayLease)))
 		}
 	}
 	resp, err := d.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
@@ -86,7 +87,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	}
 	if !resp.Succeeded {
 		for _, h := range hs {
-			h.sess.freeSlot(h.slotName, h.slot)
+			h.sess.freeSlot(h.slotName(), h.slot)
 		}
 		return nil, d.multiRefused(ctx, reqs)
 	}
@@ -105,10 +106,11 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 // only be this attempt's), then the key.
 func (d *Driver) discardGuarded(h *handle) {
 	if h.guarded.Load() {
+		guard := d.guardOf(h)
 		ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
 		_, _ = d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Value(h.guard), "=", h.key)).
-			Then(clientv3.OpDelete(h.guard)).
+			If(clientv3.Compare(clientv3.Value(guard), "=", h.key)).
+			Then(clientv3.OpDelete(guard)).
 			Commit()
 		cancel()
 	}

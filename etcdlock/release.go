@@ -32,7 +32,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if !ok || hd == nil {
 		return 0, fmt.Errorf("etcdlock: release: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)
 	}
-	n, nested, err := d.holds.Release(hd.slotName, l.Owner, hd,
+	n, nested, err := d.holds.Release(hd.slotName(), l.Owner, hd,
 		func(hd *handle) (bool, time.Time, error) { return d.stillHeld(ctx, hd) },
 		func() error { return fmt.Errorf("etcdlock: key %q is gone: %w", hd.key, driver.ErrNotHeld) })
 	if nested || err != nil {
@@ -78,7 +78,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 func (d *Driver) releaseGuarded(ctx context.Context, hd *handle) (int, error) {
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(hd.key), "=", hd.rev)).
-		Then(clientv3.OpDelete(hd.key), clientv3.OpDelete(hd.guard)).
+		Then(clientv3.OpDelete(hd.key), clientv3.OpDelete(d.guardOf(hd))).
 		Commit()
 	if err != nil {
 		// Still tracked: if no retry gets through, the keepalive loop

@@ -25,7 +25,7 @@ type session struct {
 	mu     sync.Mutex                 // guards delays, held and slots
 	delays map[int64]clientv3.LeaseID // lock-delay leases by TTL in seconds (see delay.go)
 	held   map[*handle]struct{}       // grants returned and not yet released (see reap.go)
-	slots  map[string]*slots          // queue key slots in use, by lock name (see slots.go)
+	slots  map[string]slots           // queue key slots in use, by lock name (see slots.go)
 	dmu    sync.Mutex                 // serialises grants of delay leases
 
 	kmu  sync.Mutex    // guards next

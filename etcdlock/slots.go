@@ -37,8 +37,24 @@ package etcdlock
 // a reap, a release that also deletes a lock-delay guard) is guarded by the
 // create revision.
 
-// slots is the slot record of one name on one lease.
+import (
+	"math"
+	"math/bits"
+)
+
+// slots is the slot record of one name on one lease: a bit per slot below
+// 64, set while the slot is in use, and the record of the higher slots,
+// which only a name taken more than 64 times at once on one lease (the same
+// owner re-queueing behind releases with unknown outcomes, or many owners
+// through one driver) ever uses. The driver keeps one per held name, so the
+// common case is one word.
 type slots struct {
+	low  uint64
+	high *highSlots // slots from 64 up; nil while none is in use
+}
+
+// highSlots records the slots from 64 up of one name on one lease.
+type highSlots struct {
 	used int      // slots in use
 	free []uint64 // free slots below next
 	next uint64   // slots from next up were never used
@@ -49,27 +65,34 @@ func (s *session) takeSlot(name string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.slots == nil {
-		s.slots = map[string]*slots{}
+		s.slots = map[string]slots{}
 	}
 	sl := s.slots[name]
-	if sl == nil {
-		sl = &slots{}
+	if sl.low != math.MaxUint64 {
+		n := uint64(bits.TrailingZeros64(^sl.low))
+		sl.low |= 1 << n
+		s.slots[name] = sl
+		return n
+	}
+	if sl.high == nil {
+		sl.high = &highSlots{next: 64}
 		s.slots[name] = sl
 	}
-	sl.used++
-	if len(sl.free) == 0 {
-		sl.next++
-		return sl.next - 1
+	h := sl.high
+	h.used++
+	if len(h.free) == 0 {
+		h.next++
+		return h.next - 1
 	}
 	low := 0
-	for i, n := range sl.free {
-		if n < sl.free[low] {
+	for i, n := range h.free {
+		if n < h.free[low] {
 			low = i
 		}
 	}
-	n := sl.free[low]
-	sl.free[low] = sl.free[len(sl.free)-1]
-	sl.free = sl.free[:len(sl.free)-1]
+	n := h.free[low]
+	h.free[low] = h.free[len(h.free)-1]
+	h.free = h.free[:len(h.free)-1]
 	return n
 }
 
@@ -82,16 +105,25 @@ func (s *session) freeSlot(name string, n uint64) {
 }
 
 func (s *session) freeSlotLocked(name string, n uint64) {
-	sl := s.slots[name]
-	if sl == nil {
+	sl, ok := s.slots[name]
+	if !ok {
 		return
 	}
-	sl.used--
-	if sl.used <= 0 {
+	if n < 64 {
+		sl.low &^= 1 << n
+	} else if h := sl.high; h != nil {
+		h.used--
+		if h.used <= 0 {
+			sl.high = nil
+		} else {
+			h.free = append(h.free, n)
+		}
+	}
+	if sl.low == 0 && sl.high == nil {
 		delete(s.slots, name)
 		return
 	}
-	sl.free = append(sl.free, n)
+	s.slots[name] = sl
 }
 
 // settleLocked frees h's slot once h's key is known gone (h is no longer
@@ -102,5 +134,5 @@ func (s *session) settleLocked(h *handle) {
 		return
 	}
 	h.freed = true
-	s.freeSlotLocked(h.slotName, h.slot)
+	s.freeSlotLocked(h.slotName(), h.slot)
 }

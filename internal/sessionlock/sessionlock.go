@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -310,12 +311,15 @@ type Session struct {
 	end context.CancelCauseFunc
 
 	refreshed Stamp // send time of the last request the server confirmed
+
+	cause func() error // Cause, made once: a Grant.Cause for every grant
 }
 
 // NewSession returns a live session confirmed by a request sent at sent.
 func NewSession(sent time.Time) *Session {
 	ctx, end := context.WithCancelCause(context.Background())
 	s := &Session{ctx: ctx, end: end}
+	s.cause = s.Cause
 	s.refreshed.Record(sent)
 	return s
 }
@@ -344,6 +348,10 @@ func (s *Session) Cause() error {
 	}
 	return context.Cause(s.ctx)
 }
+
+// CauseFunc returns s.Cause as a func made once per session, for the
+// Grant.Cause of each grant (a method value would be allocated per grant).
+func (s *Session) CauseFunc() func() error { return s.cause }
 
 // Group runs a driver's background goroutines. Stop cancels its context and
 // waits for them. It is safe for concurrent use. Create it with NewGroup.
@@ -391,24 +399,37 @@ func (g *Group) Stop() {
 
 // Stamp holds the latest of the times recorded in it, such as the send time
 // of the last request that confirmed a session or a grant. The zero value
-// holds the zero time; a Stamp is safe for concurrent use.
+// holds the zero time; a Stamp is safe for concurrent use. It is one word
+// (a driver keeps one per held grant): a time is kept as its distance from
+// the process's stampBase on the monotonic clock, so Time returns a time
+// with a monotonic reading, at the same instant as the one recorded.
 type Stamp struct {
-	mu sync.Mutex
-	t  time.Time
+	ns atomic.Int64 // 1 + the time's distance from stampBase in ns; 0: none
 }
+
+// stampBase is the origin of Stamps. Every time a driver records was taken
+// later, with time.Now.
+var stampBase = time.Now()
 
 // Record records t unless a later time is recorded already.
 func (s *Stamp) Record(t time.Time) {
-	s.mu.Lock()
-	if t.After(s.t) {
-		s.t = t
+	if t.IsZero() {
+		return
 	}
-	s.mu.Unlock()
+	v := 1 + max(int64(t.Sub(stampBase)), 0)
+	for {
+		old := s.ns.Load()
+		if v <= old || s.ns.CompareAndSwap(old, v) {
+			return
+		}
+	}
 }
 
 // Time returns the latest time recorded.
 func (s *Stamp) Time() time.Time {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.t
+	v := s.ns.Load()
+	if v == 0 {
+		return time.Time{}
+	}
+	return stampBase.Add(time.Duration(v - 1))
 }

@@ -330,3 +330,25 @@ func TestBeginEnd(t *testing.T) {
 		t.Fatalf("Acquire after a failed End: %+v, %v", g, err)
 	}
 }
+
+// TestStamp: a Stamp keeps the latest time recorded, at the same instant,
+// and the zero time until one is recorded.
+func TestStamp(t *testing.T) {
+	var s Stamp
+	if !s.Time().IsZero() {
+		t.Fatalf("zero Stamp holds %v", s.Time())
+	}
+	t1 := time.Now()
+	t2 := t1.Add(time.Second)
+	s.Record(t2)
+	s.Record(t1)
+	s.Record(time.Time{})
+	if got := s.Time(); !got.Equal(t2) || got.Sub(t2) != 0 {
+		t.Fatalf("Stamp holds %v, want %v", got, t2)
+	}
+	t3 := time.Now().Add(2 * time.Second)
+	s.Record(t3)
+	if got := s.Time(); got.Sub(t3) != 0 {
+		t.Fatalf("Stamp holds %v, want %v", got, t3)
+	}
+}

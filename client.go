@@ -47,6 +47,12 @@ type Client struct {
 	// being retried in the background (see retryRelease).
 	retries map[*releaseRetry]struct{}
 	retryWG sync.WaitGroup
+	// acquiring counts the acquires under way (Mutex.acquireOp), so that
+	// Close can let those whose attempt was in flight release what it
+	// granted before the driver is closed; the last to finish once the
+	// Client is closed signals idle.
+	acquiring atomic.Int64
+	idle      chan struct{}
 
 	closing chan struct{}
 	// ended is closed once Close has ended every lease: the reaper keeps
@@ -161,6 +167,7 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 		retries:   map[*releaseRetry]struct{}{},
 		closing:   make(chan struct{}),
 		ended:     make(chan struct{}),
+		idle:      make(chan struct{}, 1),
 	}
 	c.renewer, c.reaper = newSleeper(c.closing), newSleeper(c.ended)
 	c.closeCtx, c.stopCtx = context.WithCancel(context.Background())
@@ -302,6 +309,14 @@ func (c *Client) Close() error {
 			}(p)
 		}
 		wg.Wait()
+		// An acquire whose attempt was in flight releases its grant, if
+		// any, through the driver: wait for it (within the same bound).
+		if c.acquiring.Load() > 0 {
+			select {
+			case <-c.idle:
+			case <-ctx.Done():
+			}
+		}
 		cancel()
 		close(c.ended)
 		c.wg.Wait()
@@ -311,6 +326,27 @@ func (c *Client) Close() error {
 }
 
 func (c *Client) isClosed() bool { return c.closed.Load() }
+
+// acquireStarted counts an acquire under way; false (and not counted) if the
+// Client has closed.
+func (c *Client) acquireStarted() bool {
+	c.acquiring.Add(1)
+	if c.isClosed() {
+		c.acquireDone()
+		return false
+	}
+	return true
+}
+
+// acquireDone ends what acquireStarted counted.
+func (c *Client) acquireDone() {
+	if c.acquiring.Add(-1) == 0 && c.isClosed() {
+		select {
+		case c.idle <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // lostWatcher ends the leases bound to one driver loss channel: its map
 // holds each lease's Grant.Cause.

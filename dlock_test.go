@@ -304,6 +304,45 @@ func TestCloseStopsWaiters(t *testing.T) {
 	})
 }
 
+// A Close while a waiting Lock's first attempt is in flight (a slow
+// backend) makes Lock return ErrClosed and leaves nothing held, whether the
+// caller's context can be cancelled (the attempt runs on it alone, and Close
+// waits for it to release what it was granted) or not (the attempt runs on a
+// context Close cancels).
+func TestCloseDuringFirstAttempt(t *testing.T) {
+	for _, cancellable := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cancellable=%v", cancellable), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				backend := memlock.NewBackend()
+				d := backend.NewDriver()
+				c := dlock.New(d, nil)
+				d.DelayCalls(time.Second)
+				ctx := context.Background()
+				if cancellable {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithCancel(ctx)
+					defer cancel()
+				}
+				errc := make(chan error, 1)
+				go func() {
+					_, err := c.NewMutex("first", nil).Lock(ctx)
+					errc <- err
+				}()
+				synctest.Wait() // the attempt is in the driver's delay
+				if err := c.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				if err := <-errc; !errors.Is(err, dlock.ErrClosed) {
+					t.Fatalf("Lock during Close = %v, want ErrClosed", err)
+				}
+				if owner, _ := backend.Holder("first"); owner != "" {
+					t.Fatalf("the lock is left held by %q after Close", owner)
+				}
+			})
+		})
+	}
+}
+
 func TestDoReportsLossDuringWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, d := newMem(t, &dlock.Options{TTL: 300 * time.Millisecond})

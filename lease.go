@@ -411,7 +411,10 @@ func (c *Client) detached(ctx context.Context) (context.Context, context.CancelF
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return context.WithTimeout(context.WithoutCancel(ctx), c.opts.ReleaseTimeout)
+	if ctx.Done() != nil { // a context that is never cancelled needs no detaching
+		ctx = context.WithoutCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.opts.ReleaseTimeout)
 }
 
 // beginRelease marks the lease as being released so renewal leaves it alone;

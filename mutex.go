@@ -168,9 +168,10 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 		return nil, invalid("ctx", "must not be nil")
 	}
 	c := m.c
-	if c.isClosed() {
+	if !c.acquireStarted() {
 		return nil, ErrClosed
 	}
+	defer c.acquireDone()
 	r := m.r
 	explicitOwner := r.owner != ""
 	if !explicitOwner {
@@ -182,13 +183,14 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 	if wait {
 		op = waitOp
 	}
-	if wait {
-		// Stop waiting when the client closes.
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		stop := context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
-		defer stop()
+	// A waiting acquire stops when the client closes: it runs on a context
+	// that Close cancels (see closeWatch).
+	cw := closeWatch{ctx: ctx}
+	defer cw.release()
+	if _, queuer := c.d.(driver.Queuer); wait && (queuer || ctx.Done() == nil) {
+		if ctx = cw.arm(c); ctx == nil {
+			return nil, ErrClosed
+		}
 	}
 
 	var (
@@ -219,13 +221,14 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 				t.attempt(err, time.Since(sent))
 			}
 		} else {
-			g, sent, err = m.tryLoop(ctx, req, r, wait, explicitOwner, t)
+			g, sent, err = m.tryLoop(&cw, req, r, wait, explicitOwner, t)
+			ctx = cw.ctx
 		}
 		if err == nil {
 			granted = true
 			break
 		}
-		if context.Cause(ctx) == ErrClosed {
+		if wait && c.isClosed() {
 			return nil, ErrClosed
 		}
 		if errors.Is(err, ErrLocked) {
@@ -238,6 +241,9 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 			return nil, c.wrap(op, m.name, ctx, err)
 		}
 		lastErr = err
+		if ctx = cw.arm(c); ctx == nil {
+			return nil, ErrClosed
+		}
 		if !explicitOwner {
 			// A grant of the failed attempt may linger under the old
 			// owner until its clean-up release gets through: never
@@ -254,7 +260,7 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			if context.Cause(ctx) == ErrClosed {
+			if c.isClosed() {
 				return nil, ErrClosed
 			}
 			return nil, waitEnded(op, m.name, ctx, lastErr)
@@ -328,9 +334,66 @@ func waitEnded(op, name string, ctx context.Context, last error) error {
 	return fmt.Errorf("dlock: %s %q: %w (after retrying backend errors; the last: %w)", op, name, ctx.Err(), last)
 }
 
+// closeWatch makes the context a waiting acquire runs on: the caller's,
+// cancelled also when the client closes (the acquire then returns
+// ErrClosed). A caller's context that is never cancelled (Done returns nil:
+// context.Background, or values over it) is wrapped in a closingCtx, which
+// costs one small allocation, before the first attempt. One that can be
+// cancelled needs a context of its own and an AfterFunc, which cost five
+// allocations, and gets them only when the acquire first has to wait: an
+// uncontended Lock then costs what a TryLock does, and its one attempt is
+// bounded by the caller's context (a Close meanwhile is seen when the
+// attempt returns: the grant is released and Lock returns ErrClosed).
+// Queued waits (driver.Queuer) are armed before their attempt, which waits.
+type closeWatch struct {
+	ctx    context.Context // the caller's until armed
+	armed  bool
+	cancel context.CancelCauseFunc
+	stop   func() bool
+}
+
+// arm makes w.ctx the close-watching context if it is not yet; it returns
+// it, or nil if the client has closed.
+func (w *closeWatch) arm(c *Client) context.Context {
+	if !w.armed {
+		w.armed = true
+		if w.ctx.Done() == nil {
+			w.ctx = &closingCtx{Context: w.ctx, c: c}
+		} else {
+			ctx, cancel := context.WithCancelCause(w.ctx)
+			w.ctx, w.cancel = ctx, cancel
+			w.stop = context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
+		}
+	}
+	if c.isClosed() {
+		return nil
+	}
+	return w.ctx
+}
+
+// closingCtx is a context that is never cancelled (its embedded one, whose
+// values it carries) made to end when its Client closes.
+type closingCtx struct {
+	context.Context
+	c *Client
+}
+
+func (x *closingCtx) Done() <-chan struct{} { return x.c.closeCtx.Done() }
+func (x *closingCtx) Err() error            { return x.c.closeCtx.Err() }
+
+// release lets go of what arm made.
+func (w *closeWatch) release() {
+	if w.cancel != nil {
+		w.stop()
+		w.cancel(nil)
+	}
+}
+
 // tryLoop calls TryAcquire until it succeeds, fails for a reason other than
-// ErrLocked, or (when wait is false) after the first attempt.
-func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolved, wait, explicitOwner bool, t *opTrace) (driver.Grant, time.Time, error) {
+// ErrLocked, or (when wait is false) after the first attempt. It runs on
+// cw.ctx, which it arms once it has to wait.
+func (m *Mutex) tryLoop(cw *closeWatch, req driver.AcquireRequest, r resolved, wait, explicitOwner bool, t *opTrace) (driver.Grant, time.Time, error) {
+	ctx := cw.ctx
 	var sub driver.Subscription
 	defer func() {
 		if sub != nil {
@@ -392,6 +455,9 @@ func (m *Mutex) tryLoop(ctx context.Context, req driver.AcquireRequest, r resolv
 		}
 		if !wait {
 			return driver.Grant{}, sent, err
+		}
+		if ctx = cw.arm(c); ctx == nil {
+			return driver.Grant{}, sent, ErrClosed
 		}
 		if !triedSubscribe {
 			if subscribe(); notify != nil {

@@ -3,7 +3,16 @@ package dlock
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
+
+// A held Lease fits the 160-byte size class: what most leases never need
+// lives in leaseExtra, made on demand (see BenchmarkHeapPerLease).
+func TestLeaseSize(t *testing.T) {
+	if s := unsafe.Sizeof(Lease{}); s > 160 {
+		t.Fatalf("a Lease takes %d bytes, more than 160", s)
+	}
+}
 
 // The lease heaps keep their order and every lease's position through any
 // mix of adds, moves and removals, and give back their memory after a burst.

@@ -43,10 +43,10 @@ type Lease struct {
 
 	kind  driver.Kind
 	flags leaseFlags // set before the lease is shared
-
-	mu    sync.Mutex
 	state leaseState // guarded by mu
-	ttl   time.Duration
+
+	mu  sync.Mutex
+	ttl time.Duration
 	// validUntil is the local monotonic deadline, on the Client's clock,
 	// and the lease's key in the byDeadline heap: written with both mu and
 	// c.mu held once the lease is registered, read under either.

@@ -103,6 +103,23 @@ end
 // that is not held: such a key is a lock held by an unknown owner until it
 // expires (pttl) or is deleted (pttl -1). Nothing is written at those keys.
 var acquireSrc = clock + `
+if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  -- The common case, a free lock nobody waits for: no queue to keep.
+  local ttl = tonumber(ARGV[2])
+  local ne, px = '\n\n', ttl
+  local delay = tonumber(ARGV[3])
+  if delay > 0 then
+    ne, px = '\n' .. string.format('%.0f', now() + ttl) .. '\n' .. ARGV[3], ttl + delay
+  end
+  local n = redis.pcall('INCR', KEYS[2])
+  if type(n) ~= 'number' or n < 1 then
+    if type(n) == 'number' then redis.call('DECR', KEYS[2]) end
+    return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
+  end
+  local fence = string.format('%.0f', n)
+  redis.call('SET', KEYS[1], '1\n' .. fence .. ne .. '\n' .. ARGV[1], 'PX', px)
+  return {1, 1, fence}
+end
 local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -205,7 +222,7 @@ if count > 0 then
 end
 local msg = f
 if ARGV[3] ~= '' then
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  local head = redis.call('EXISTS', KEYS[2]) == 1 and redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   if head then
     local t = now()
     while head do

@@ -243,8 +243,15 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 }
 
 func (d *Driver) keys(name string, handle any) redisscript.Keys {
-	if k, ok := handle.(*redisscript.Keys); ok && k != nil {
-		return *k
+	switch h := handle.(type) {
+	case *redisscript.Ref:
+		if h != nil {
+			return h.Keys()
+		}
+	case *redisscript.Keys:
+		if h != nil {
+			return *h
+		}
 	}
 	k, err := d.mutexKeys(name)
 	if err != nil {
@@ -270,6 +277,21 @@ func (d *Driver) mutexKeys(name string) (redisscript.Keys, error) {
 }
 
 var _ driver.NameChecker = (*Driver)(nil)
+
+// mutexRef is mutexKeys in the compact form a grant keeps (its handle and
+// its entry in the book): one allocation for every key.
+func (d *Driver) mutexRef(name string) (*redisscript.Ref, error) {
+	var r redisscript.Ref
+	if !d.plain {
+		r = redisscript.RefFor(d.prefix, name)
+	} else {
+		var err error
+		if r, err = redisscript.PlainRefFor(d.prefix + name); err != nil {
+			return nil, openurl.Invalid("name", "redislock: layout=plain: %w", err)
+		}
+	}
+	return &r, nil
+}
 
 // CheckName implements driver.NameChecker: in LayoutPlain a name whose key
 // has '{' or '}' that form no Redis Cluster hash tag is refused, since no
@@ -307,22 +329,23 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if req.Kind != driver.Exclusive {
 		return d.tryKind(ctx, req)
 	}
-	k, err := d.mutexKeys(req.Name)
+	r, err := d.mutexRef(req.Name)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	g, _, err := d.attempt(ctx, k, req, 0)
+	g, _, err := d.attempt(ctx, r, req, 0)
 	return g, err
 }
 
 // attempt runs the acquire script once; wait > 0 queues a refused caller
 // (see redisscript.AcquireQueued). foreign reports a refusal by a key dlock
-// did not write.
-func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.AcquireRequest, wait time.Duration) (_ driver.Grant, foreign bool, _ error) {
+// did not write. A grant's handle is ref, which the book keeps too.
+func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, req driver.AcquireRequest, wait time.Duration) (_ driver.Grant, foreign bool, _ error) {
 	if !d.gate.Enter() {
 		return driver.Grant{}, false, errClosed
 	}
 	defer d.gate.Exit()
+	k := ref.Keys()
 	c, done := d.conn()
 	defer done()
 	sent := time.Now()
@@ -331,13 +354,13 @@ func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.Acq
 		// The outcome is unknown: the script may have run. Book it, so
 		// that Close releases it if nobody does first (the dlock
 		// package's clean-up Release removes it from the book).
-		d.grants.Granted(k, req.Owner, req.TTL, sent)
+		d.grants.GrantedRef(ref, req.Owner, req.TTL, sent)
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redislock: acquire", err)
 	}
 	if !r.Granted {
 		return driver.Grant{}, r.Foreign, &driver.LockedError{RetryAfter: r.PTTL, Token: r.Fence}
 	}
-	d.grants.Granted(k, req.Owner, req.TTL, sent)
+	d.grants.GrantedRef(ref, req.Owner, req.TTL, sent)
 	if err := d.replicated(ctx, c); err != nil {
 		d.undo(ctx, func(ctx context.Context, c redis.UniversalClient) {
 			if _, held, rerr := redisscript.Release(ctx, c, k, req.Owner, r.Fence); rerr == nil {
@@ -349,7 +372,7 @@ func (d *Driver) attempt(ctx context.Context, k redisscript.Keys, req driver.Acq
 	if d.gate.Stopped() {
 		return driver.Grant{}, false, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
-	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Key: k.Lock, Handle: &k}, false, nil
+	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Key: k.Lock, Handle: ref}, false, nil
 }
 
 // maxForeignPoll bounds how long a waiter for a lock a foreign client holds
@@ -379,11 +402,12 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	if req.Kind != driver.Exclusive {
 		return d.acquireKind(ctx, req)
 	}
-	k, err := d.mutexKeys(req.Name)
+	ref, err := d.mutexRef(req.Name)
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	sig := make(chan struct{}, 1)
+	k := ref.Keys()
+	var sig chan struct{} // made once refused: an uncontended Acquire needs none
 	var sub *redisscript.Sub
 	foreignPoll := 20 * time.Millisecond
 	defer func() {
@@ -392,7 +416,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		}
 	}()
 	for attempts := 0; ; attempts++ {
-		g, foreign, err := d.attempt(ctx, k, req, queueWait)
+		g, foreign, err := d.attempt(ctx, ref, req, queueWait)
 		if err == nil {
 			return g, nil
 		}
@@ -405,6 +429,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			}
 			d.leave(ctx, k, req.Owner)
 			return driver.Grant{}, err
+		}
+		if sig == nil {
+			sig = make(chan struct{}, 1)
 		}
 		if sub == nil {
 			if s, err := d.hub.SubscribeOwner(ctx, k.Channel, req.Owner, sig); err == nil {

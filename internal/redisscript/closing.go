@@ -78,18 +78,36 @@ type Held struct {
 // failed). Entries past their lease are dropped as the book grows, so
 // leases that were lost and never released do not pile up.
 //
+// An entry is small (it is kept for every held lease): the lock's keys by
+// a pointer the driver may share with the grant's handle (GrantedRef), the
+// hold count and the lease's end.
+//
 // The zero Grants is empty and ready. It is safe for concurrent use.
 type Grants struct {
 	mu   sync.Mutex
-	m    map[grantKey]*grantEntry
+	m    map[grantKey]grantEntry
 	next int // prune when the book reaches this size
 }
 
 type grantKey struct{ lock, owner string }
 
 type grantEntry struct {
-	Held
-	until time.Time // local time by which the lease has surely ended
+	keys  any // *Ref, *Keys or *KindKeys
+	holds int32
+	ttlMs int32         // of the last grant or renewal, whole ms, rounded up
+	until time.Duration // since epoch: the local time by which the lease has surely ended
+}
+
+// epoch is the origin of grantEntry.until, a monotonic clock reading.
+var epoch = time.Now()
+
+// sinceEpoch is t on the clock of grantEntry.until.
+func sinceEpoch(t time.Time) time.Duration { return t.Sub(epoch) }
+
+// ttlMillis is ttl in whole milliseconds, rounded up, for grantEntry.ttlMs.
+func ttlMillis(ttl time.Duration) int32 {
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	return int32(min(max(ms, 0), 1<<31-1))
 }
 
 // grace is added to a lease's local end before its entry counts as stale:
@@ -102,54 +120,76 @@ const minPrune = 1024
 // Granted records one more hold of k by owner, granted by a request sent at
 // sent with lease ttl.
 func (g *Grants) Granted(k Keys, owner string, ttl time.Duration, sent time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = map[grantKey]*grantEntry{}
+	if g.rebook(k.Lock, owner, ttl, sent) {
+		return
 	}
-	key := grantKey{k.Lock, owner}
-	e := g.m[key]
-	if e == nil {
-		if len(g.m) >= max(g.next, minPrune) {
-			g.prune(time.Now())
-		}
-		e = &grantEntry{Held: Held{Keys: k, Owner: owner}}
-		g.m[key] = e
-	}
-	e.Holds++
-	e.TTL = ttl
-	e.until = sent.Add(ttl)
+	kc := k
+	g.book(k.Lock, owner, ttl, sent, &kc)
 }
 
-func (g *Grants) prune(now time.Time) {
-	for k, e := range g.m {
-		if now.After(e.until.Add(grace)) {
-			delete(g.m, k)
-		}
-	}
-	g.next = 2 * len(g.m)
+// GrantedRef is Granted for the keys r refers to; the book keeps r itself,
+// which the caller must not change.
+func (g *Grants) GrantedRef(r *Ref, owner string, ttl time.Duration, sent time.Time) {
+	g.book(r.Lock(), owner, ttl, sent, r)
 }
 
 // GrantedKind is Granted for a grant of kind kk.Kind (not Exclusive): it is
 // booked under kk.ID().
 func (g *Grants) GrantedKind(kk KindKeys, owner string, ttl time.Duration, sent time.Time) {
+	id := kk.ID()
+	if g.rebook(id, owner, ttl, sent) {
+		return
+	}
+	kc := kk
+	g.book(id, owner, ttl, sent, &kc)
+}
+
+// rebook is book for an entry that exists already; it reports false,
+// booking nothing, when there is none.
+func (g *Grants) rebook(id, owner string, ttl time.Duration, sent time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := grantKey{id, owner}
+	e, ok := g.m[key]
+	if ok {
+		e.holds++
+		e.ttlMs, e.until = ttlMillis(ttl), sinceEpoch(sent)+ttl
+		g.m[key] = e
+	}
+	return ok
+}
+
+// book records one more hold of id by owner; keys (*Ref, *Keys or
+// *KindKeys) are kept when the entry is new.
+func (g *Grants) book(id, owner string, ttl time.Duration, sent time.Time, keys any) {
+	until := sinceEpoch(sent) + ttl
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.m == nil {
-		g.m = map[grantKey]*grantEntry{}
+		g.m = map[grantKey]grantEntry{}
 	}
-	key := grantKey{kk.ID(), owner}
-	e := g.m[key]
-	if e == nil {
+	key := grantKey{id, owner}
+	e, ok := g.m[key]
+	if !ok {
 		if len(g.m) >= max(g.next, minPrune) {
 			g.prune(time.Now())
 		}
-		e = &grantEntry{Held: Held{Kind: kk, Owner: owner}}
-		g.m[key] = e
+		e.keys = keys
 	}
-	e.Holds++
-	e.TTL = ttl
-	e.until = sent.Add(ttl)
+	e.holds++
+	e.ttlMs = ttlMillis(ttl)
+	e.until = until
+	g.m[key] = e
+}
+
+func (g *Grants) prune(now time.Time) {
+	t := sinceEpoch(now) - grace
+	for k, e := range g.m {
+		if t > e.until {
+			delete(g.m, k)
+		}
+	}
+	g.next = 2 * len(g.m)
 }
 
 // Released records the outcome of a release of one hold of lock by owner:
@@ -158,13 +198,15 @@ func (g *Grants) Released(lock, owner string, held bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := grantKey{lock, owner}
-	e := g.m[key]
-	if e == nil {
+	e, ok := g.m[key]
+	if !ok {
 		return
 	}
-	if e.Holds--; !held || e.Holds <= 0 {
+	if e.holds--; !held || e.holds <= 0 {
 		delete(g.m, key)
+		return
 	}
+	g.m[key] = e
 }
 
 // Renewed records a renewal of lock by owner sent at sent: ok is true when
@@ -173,16 +215,17 @@ func (g *Grants) Renewed(lock, owner string, ttl time.Duration, sent time.Time, 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := grantKey{lock, owner}
-	e := g.m[key]
-	if e == nil {
+	e, found := g.m[key]
+	if !found {
 		return
 	}
 	if !ok {
 		delete(g.m, key)
 		return
 	}
-	e.TTL = ttl
-	e.until = sent.Add(ttl)
+	e.ttlMs = ttlMillis(ttl)
+	e.until = sinceEpoch(sent) + ttl
+	g.m[key] = e
 }
 
 // Take empties the book and returns the grants whose lease may still be
@@ -190,12 +233,22 @@ func (g *Grants) Renewed(lock, owner string, ttl time.Duration, sent time.Time, 
 func (g *Grants) Take() []Held {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	now := time.Now()
+	t := sinceEpoch(time.Now()) - grace
 	var out []Held
-	for _, e := range g.m {
-		if !now.After(e.until.Add(grace)) {
-			out = append(out, e.Held)
+	for key, e := range g.m {
+		if t > e.until {
+			continue
 		}
+		h := Held{Owner: key.owner, Holds: int(e.holds), TTL: time.Duration(e.ttlMs) * time.Millisecond}
+		switch k := e.keys.(type) {
+		case *Ref:
+			h.Keys = k.Keys()
+		case *Keys:
+			h.Keys = *k
+		case *KindKeys:
+			h.Kind = *k
+		}
+		out = append(out, h)
 	}
 	g.m = nil
 	return out

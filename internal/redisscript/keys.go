@@ -46,17 +46,64 @@ type Keys struct {
 	Waits   string // the waiter queue's deadlines: a hash owner → server ms
 }
 
-// KeysFor returns the keys of the lock name under prefix.
+// KeysFor returns the keys of the lock name under prefix. Its strings
+// share one allocation (see Ref).
 func KeysFor(prefix, name string) Keys {
-	var b strings.Builder
-	enc := encodeName(name)
-	b.Grow(len(prefix) + len(enc) + 2)
-	b.WriteString(prefix)
-	b.WriteByte('{')
-	b.WriteString(enc)
-	b.WriteByte('}')
-	lock := b.String()
-	return Keys{Lock: lock, Fence: lock + ":fence", Channel: lock + ":rel", Queue: lock + ":q", Waits: lock + ":qd"}
+	return RefFor(prefix, name).Keys()
+}
+
+// Ref is a compact form of one lock's Keys, for what a driver keeps per
+// held lease (a grant's handle, its entry in the book of Grants): one
+// string holding every key, B+":qd" + B+":fence" + B+":rel", where B is the
+// lock's hash-tagged base, P{E} in the dlock layout, B or "{"+B+"}" in the
+// plain layout (see PlainKeysFor). Keys slices it without allocating.
+type Ref struct {
+	buf   string
+	inner bool // the lock is B without its outer braces (plain layout, no hash tag)
+}
+
+// refFor builds the Ref of the base made of parts, in one allocation.
+func refFor(inner bool, parts ...string) Ref {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	var sb strings.Builder
+	sb.Grow(3*n + len(":qd:fence:rel"))
+	for _, suffix := range [...]string{":qd", ":fence", ":rel"} {
+		for _, p := range parts {
+			sb.WriteString(p)
+		}
+		sb.WriteString(suffix)
+	}
+	return Ref{buf: sb.String(), inner: inner}
+}
+
+// RefFor is the Ref of KeysFor(prefix, name).
+func RefFor(prefix, name string) Ref {
+	return refFor(false, prefix, "{", encodeName(name), "}")
+}
+
+// Keys returns the keys r refers to. The strings share r's allocation.
+func (r Ref) Keys() Keys {
+	n := (len(r.buf) - len(":qd:fence:rel")) / 3
+	base := r.buf[:n]
+	lock := base
+	if r.inner {
+		lock = base[1 : n-1]
+	}
+	f := n + 3
+	ch := f + n + len(":fence")
+	return Keys{Lock: lock, Queue: r.buf[:n+2], Waits: r.buf[:n+3], Fence: r.buf[f : f+n+len(":fence")], Channel: r.buf[ch:]}
+}
+
+// Lock is r.Keys().Lock.
+func (r Ref) Lock() string {
+	n := (len(r.buf) - len(":qd:fence:rel")) / 3
+	if r.inner {
+		return r.buf[1 : n-1]
+	}
+	return r.buf[:n]
 }
 
 // PlainKeysFor returns the keys of a lock in the plain layout, where the
@@ -68,14 +115,22 @@ func KeysFor(prefix, name string) Keys {
 // is thus the plain lock at its key P{E}.) A key with '{' or '}' that form
 // no hash tag is refused: its slot could hold no other key.
 func PlainKeysFor(key string) (Keys, error) {
-	b := key
-	if !hasHashTag(key) {
-		if strings.ContainsAny(key, "{}") {
-			return Keys{}, fmt.Errorf("key %q has braces that form no hash tag: the plain layout cannot keep its fencing counter in the key's cluster slot", key)
-		}
-		b = "{" + key + "}"
+	r, err := PlainRefFor(key)
+	if err != nil {
+		return Keys{}, err
 	}
-	return Keys{Lock: key, Fence: b + ":fence", Channel: b + ":rel", Queue: b + ":q", Waits: b + ":qd"}, nil
+	return r.Keys(), nil
+}
+
+// PlainRefFor is the Ref of PlainKeysFor(key).
+func PlainRefFor(key string) (Ref, error) {
+	if hasHashTag(key) {
+		return refFor(false, key), nil
+	}
+	if strings.ContainsAny(key, "{}") {
+		return Ref{}, fmt.Errorf("key %q has braces that form no hash tag: the plain layout cannot keep its fencing counter in the key's cluster slot", key)
+	}
+	return refFor(true, "{", key, "}"), nil
 }
 
 // hasHashTag reports whether key has a Redis Cluster hash tag: a '{'

@@ -122,3 +122,41 @@ func TestPlainKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestRefKeys checks the keys a Ref slices out of its one string against
+// the layout spelled out (see the package doc and PlainKeysFor).
+func TestRefKeys(t *testing.T) {
+	for _, n := range []string{"orders/42", "a{b}c", "{", "~x", "日本語", "a:fence", "", "q"} {
+		lock := DefaultPrefix + "{" + encodeName(n) + "}"
+		want := Keys{Lock: lock, Fence: lock + ":fence", Channel: lock + ":rel", Queue: lock + ":q", Waits: lock + ":qd"}
+		if got := KeysFor(DefaultPrefix, n); got != want {
+			t.Errorf("KeysFor(%q) = %+v, want %+v", n, got, want)
+		}
+		if got := RefFor(DefaultPrefix, n).Lock(); got != lock {
+			t.Errorf("RefFor(%q).Lock() = %q, want %q", n, got, lock)
+		}
+	}
+	for _, key := range []string{"orders:42", "a{b}c", "{x}", "x", "k:fence"} {
+		b := key
+		if !hasHashTag(key) {
+			b = "{" + key + "}"
+		}
+		want := Keys{Lock: key, Fence: b + ":fence", Channel: b + ":rel", Queue: b + ":q", Waits: b + ":qd"}
+		r, err := PlainRefFor(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Keys(); got != want {
+			t.Errorf("PlainRefFor(%q).Keys() = %+v, want %+v", key, got, want)
+		}
+		if got := r.Lock(); got != key {
+			t.Errorf("PlainRefFor(%q).Lock() = %q", key, got)
+		}
+	}
+	if _, err := PlainRefFor("a{b"); err == nil {
+		t.Error("PlainRefFor accepted braces that form no hash tag")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = RefFor(DefaultPrefix, "orders/42") }); n != 1 {
+		t.Errorf("RefFor: %v allocations, want 1", n)
+	}
+}

@@ -381,6 +381,11 @@ type closingCtx struct {
 func (x *closingCtx) Done() <-chan struct{} { return x.c.closeCtx.Done() }
 func (x *closingCtx) Err() error            { return x.c.closeCtx.Err() }
 
+// AfterFunc lets the context package hang contexts derived from x (a
+// driver's WithTimeout) on the Client's closeCtx, as it does for its own
+// contexts, rather than start a goroutine per derived context to watch Done.
+func (x *closingCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(x.c.closeCtx, f) }
+
 // release lets go of what arm made.
 func (w *closeWatch) release() {
 	if w.cancel != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,7 +81,7 @@ func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 		Key:    h.path,
 		Handle: h,
 		Lost:   h.sess.Done(),
-		Cause:  h.sess.Cause,
+		Cause:  h.sess.CauseFunc(),
 	}
 }
 
@@ -113,12 +114,15 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	}
 	parent := d.parent(req.Name)
 	prefix := d.newPrefix()
-	var track *creates
+	var (
+		track   *creates
+		written <-chan struct{}
+	)
 	if l.track != nil {
 		track = &l.track.creates
-		track.expect(parent + "/" + prefix)
+		written = track.expect(parent + "/" + prefix)
 	}
-	r, pending := d.startCreate(ctx, l.conn, parent, prefix, []byte(req.Owner))
+	r, pending := d.startCreate(ctx, l.conn, parent, prefix, []byte(req.Owner), written)
 	var seen *created
 	if track != nil {
 		if c, ok := track.done(parent+"/"+prefix, r.path); ok && r.err == nil {
@@ -136,7 +140,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 		}
 		return driver.Grant{}, ctxerr.Wrap(ctx, "zklock: create", r.err)
 	}
-	g, err := d.wait(ctx, sess, parent, r.path, wait, req.LockDelay, seen)
+	g, err := d.wait(ctx, sess, parent, r.path, wait, req.LockDelay, seen, r.list)
 	if err != nil {
 		d.discard(sess, parent, prefix, r.path, nil)
 		return driver.Grant{}, err
@@ -144,17 +148,46 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	return g, nil
 }
 
-// startCreate runs create, on the calling goroutine when ctx cannot end.
-// When ctx ends first it returns a channel that delivers the create's
-// outcome later.
-func (d *Driver) startCreate(ctx context.Context, conn *zk.Conn, parent, prefix string, data []byte) (createResult, <-chan createResult) {
-	if ctx.Done() == nil {
+// startCreate runs create, on the calling goroutine when ctx cannot end and
+// written is nil. When ctx ends first it returns a channel that delivers
+// the create's outcome later.
+//
+// written, when not nil, is closed by the connection's sniffer as the
+// create's request goes on the wire (see creates.expect). The queue is then
+// listed at once rather than after the create's reply: ZooKeeper serves a
+// session's requests in the order they were sent, so that listing is served
+// after the create, and the free-lock path costs one round trip for the
+// create and the listing instead of two. A listing that does not show the
+// created node (the create failed and was retried, or was never sent) is
+// dropped, and wait lists the queue again: it is never trusted without the
+// node. The result's list is the listing kept, or nil.
+func (d *Driver) startCreate(ctx context.Context, conn *zk.Conn, parent, prefix string, data []byte, written <-chan struct{}) (createResult, <-chan createResult) {
+	if ctx.Done() == nil && written == nil {
 		return d.create(conn, parent, prefix, data), nil
 	}
 	ch := make(chan createResult, 1)
 	go func() { ch <- d.create(conn, parent, prefix, data) }()
+	var list *listing
+	select {
+	case <-written:
+		sent := time.Now()
+		children, err := do(ctx, func() ([]string, error) {
+			c, _, err := conn.Children(parent)
+			return c, err
+		})
+		if err == nil {
+			list = &listing{children: children, sent: sent}
+		}
+	case r := <-ch:
+		return r, nil
+	case <-ctx.Done():
+		return createResult{}, ch
+	}
 	select {
 	case r := <-ch:
+		if r.err == nil && list != nil && slices.Contains(list.children, r.path[len(parent)+1:]) {
+			r.list = list
+		}
 		return r, nil
 	case <-ctx.Done():
 		return createResult{}, ch
@@ -164,7 +197,14 @@ func (d *Driver) startCreate(ctx context.Context, conn *zk.Conn, parent, prefix 
 type createResult struct {
 	path    string
 	err     error
-	unknown bool // the node may exist
+	unknown bool     // the node may exist
+	list    *listing // a listing of the queue served after the create, or nil
+}
+
+// listing is one listing of a queue, sent at sent.
+type listing struct {
+	children []string
+	sent     time.Time
 }
 
 // create makes the ephemeral sequential node parent/prefix<seq>, creating

@@ -38,17 +38,17 @@ const guardName = "dlock-delay"
 
 const armed = "armed"
 
-// setGuard creates h's lock-delay guard, h.guardPath.
+// setGuard creates h's lock-delay guard, h.guard().
 func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) error {
 	conn := h.sess.l.conn
 	_, own := splitPath(h.path)
 	data := own + "\n" + strconv.FormatInt(delay.Milliseconds(), 10)
 	_, err := do(ctx, func() (string, error) {
-		return conn.Create(h.guardPath, []byte(data), zk.FlagPersistent, d.acl)
+		return conn.Create(h.guard(), []byte(data), zk.FlagPersistent, d.acl)
 	})
 	if errors.Is(err, zk.ErrNodeExists) {
 		// Ours from an earlier hold (another delay): rewrite it.
-		_, err = do(ctx, func() (*zk.Stat, error) { return conn.Set(h.guardPath, []byte(data), -1) })
+		_, err = do(ctx, func() (*zk.Stat, error) { return conn.Set(h.guard(), []byte(data), -1) })
 	}
 	if err != nil {
 		return ctxerr.Wrap(ctx, "zklock: create lock-delay guard", err)
@@ -61,7 +61,7 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 func (d *Driver) deleteHeld(h *handle) error {
 	conn := h.sess.l.conn
 	if h.guarded.Load() {
-		_, err := conn.Multi(&zk.DeleteRequest{Path: h.path, Version: h.version}, &zk.DeleteRequest{Path: h.guardPath, Version: -1})
+		_, err := conn.Multi(&zk.DeleteRequest{Path: h.path, Version: h.version}, &zk.DeleteRequest{Path: h.guard(), Version: -1})
 		if err == nil || connLoss(err) {
 			return err
 		}

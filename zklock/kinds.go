@@ -155,7 +155,7 @@ func (d *Driver) createOwn(ctx context.Context, sess *session, parent, prefix st
 		track = &l.track.creates
 		track.expect(parent + "/" + prefix)
 	}
-	r, pending := d.startCreate(ctx, l.conn, parent, prefix, data)
+	r, pending := d.startCreate(ctx, l.conn, parent, prefix, data, nil)
 	var seen *created
 	if track != nil {
 		if c, ok := track.done(parent+"/"+prefix, r.path); ok && r.err == nil {

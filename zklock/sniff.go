@@ -37,19 +37,31 @@ type created struct {
 type creates struct {
 	waiting atomic.Int32 // len(want): sniffers look at reply bodies only when some create is announced
 	cmu     sync.Mutex
-	want    map[string]*created // by the node name prefix; nil until the reply is seen
+	want    map[string]*expected // by the node name prefix
+}
+
+// expected is one announced create.
+type expected struct {
+	seen    *created      // what its reply showed; nil until the reply is seen
+	written chan struct{} // closed when its request is written to the socket
+	closed  bool          // written is closed
 }
 
 // expect announces a create of a node whose path starts with prefix (unique
-// to one attempt). Call done(prefix) when the create has returned.
-func (c *creates) expect(prefix string) {
+// to one attempt). Call done(prefix) when the create has returned. The
+// channel returned is closed when the create's request is written to the
+// connection's socket (the first time, when it is retried): a request
+// sent after that is served after the create.
+func (c *creates) expect(prefix string) <-chan struct{} {
+	e := &expected{written: make(chan struct{})}
 	c.cmu.Lock()
 	if c.want == nil {
-		c.want = map[string]*created{}
+		c.want = map[string]*expected{}
 	}
-	c.want[prefix] = nil
+	c.want[prefix] = e
 	c.waiting.Store(int32(len(c.want)))
 	c.cmu.Unlock()
+	return e.written
 }
 
 // done forgets the create announced with prefix and returns what its reply
@@ -57,13 +69,13 @@ func (c *creates) expect(prefix string) {
 func (c *creates) done(prefix, path string) (created, bool) {
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
-	r := c.want[prefix]
+	e := c.want[prefix]
 	delete(c.want, prefix)
 	c.waiting.Store(int32(len(c.want)))
-	if r == nil || r.path != path {
+	if e == nil || e.seen == nil || e.seen.path != path {
 		return created{}, false
 	}
-	return *r, true
+	return *e.seen, true
 }
 
 // saw records a successful reply whose body starts with the string path,
@@ -76,10 +88,33 @@ func (c *creates) saw(path string, zxid, session int64) {
 	prefix := path[:len(path)-seqLen]
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
-	if r, ok := c.want[prefix]; ok && r == nil {
-		c.want[prefix] = &created{path: path, zxid: zxid, session: session}
+	if e, ok := c.want[prefix]; ok && e.seen == nil {
+		e.seen = &created{path: path, zxid: zxid, session: session}
 	}
 }
+
+// sending looks at a request about to be written, a whole frame as go-
+// zookeeper writes them (length, xid, opcode, body): a create's body starts
+// with the path asked for, which for a sequential node is the prefix that
+// was announced.
+func (c *creates) sending(b []byte) {
+	if len(b) < 16 || int32(binary.BigEndian.Uint32(b[8:12])) != opCreate {
+		return
+	}
+	n := int(int32(binary.BigEndian.Uint32(b[12:16])))
+	if n <= 0 || 16+n > len(b) {
+		return
+	}
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	if e, ok := c.want[string(b[16:16+n])]; ok && !e.closed {
+		e.closed = true
+		close(e.written)
+	}
+}
+
+// opCreate is the opcode of ZooKeeper's create request.
+const opCreate = 1
 
 // seqLen is the length of the sequence number ZooKeeper appends to a
 // sequential node's name (%010d).
@@ -100,6 +135,17 @@ type sniffConn struct {
 	left    int     // bytes of the current frame's body not yet read
 	body    []byte  // the first bytes of the current frame's body
 	session int64   // from the connect response
+}
+
+// Write tells the tracker about an announced create before its request
+// goes out. Only go-zookeeper's sending goroutine writes, one whole request
+// per call, so whatever is sent after Write returned follows it on the
+// wire.
+func (s *sniffConn) Write(p []byte) (int, error) {
+	if s.t.waiting.Load() > 0 {
+		s.t.sending(p)
+	}
+	return s.Conn.Write(p)
 }
 
 func (s *sniffConn) Read(p []byte) (int, error) {

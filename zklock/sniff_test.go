@@ -56,3 +56,42 @@ func TestSniffSplitFrames(t *testing.T) {
 		}
 	}
 }
+
+// TestSniffWritten: the channel of an announced create is closed when a
+// create request for its prefix is written, and by nothing else.
+func TestSniffWritten(t *testing.T) {
+	req := func(op int32, path string) []byte {
+		b := binary.BigEndian.AppendUint32(nil, 0) // length, filled below
+		b = binary.BigEndian.AppendUint32(b, 5)    // xid
+		b = binary.BigEndian.AppendUint32(b, uint32(op))
+		b = binary.BigEndian.AppendUint32(b, uint32(len(path)))
+		b = append(b, path...)
+		b = append(b, 0, 0, 0, 0) // data, ACLs and flags follow in a real request
+		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+		return b
+	}
+	prefix := "/dlock/x/" + "0123456789abcdef0123456789abcdef" + nodeMarker
+	tr := newTracker()
+	written := tr.expect(prefix)
+	closed := func() bool {
+		select {
+		case <-written:
+			return true
+		default:
+			return false
+		}
+	}
+	tr.sending(req(8, prefix))             // a listing of the same path
+	tr.sending(req(opCreate, prefix+"x"))  // another path
+	tr.sending(req(opCreate, "/dlock/x"))  // a parent
+	tr.sending(req(opCreate, prefix)[:20]) // cut short
+	if closed() {
+		t.Fatal("closed by another request")
+	}
+	tr.sending(req(opCreate, prefix))
+	if !closed() {
+		t.Fatal("not closed by the create")
+	}
+	tr.sending(req(opCreate, prefix)) // a retry: no second close
+	tr.done(prefix, "")
+}

@@ -39,8 +39,10 @@ type statRes struct {
 // set, waits for its predecessors (and the lock-delay of a lost holder) to
 // go. It returns the grant, confirmed by the last listing of the queue.
 // seen is what the create's reply showed, nil when it was not seen (then
-// the node's stat is read, alongside the first listing).
-func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, wait bool, delay time.Duration, seen *created) (driver.Grant, error) {
+// the node's stat is read, alongside the first listing). first, when not
+// nil, is a listing of the queue made after the create: it serves as the
+// first one.
+func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, wait bool, delay time.Duration, seen *created, first *listing) (driver.Grant, error) {
 	t := &turn{
 		d: d, sess: sess, conn: sess.l.conn,
 		parent: parent, path: path, own: path[len(parent)+1:],
@@ -57,11 +59,21 @@ func (d *Driver) wait(ctx context.Context, sess *session, parent, path string, w
 		go t.readStat()
 	}
 	for {
-		sent := time.Now()
-		children, err := do(ctx, func() ([]string, error) {
-			c, _, err := t.conn.Children(parent)
-			return c, err
-		})
+		var (
+			sent     time.Time
+			children []string
+			err      error
+		)
+		if first != nil {
+			sent, children = first.sent, first.children
+			first = nil
+		} else {
+			sent = time.Now()
+			children, err = do(ctx, func() ([]string, error) {
+				c, _, err := t.conn.Children(parent)
+				return c, err
+			})
+		}
 		if err != nil {
 			if retry, err := d.waitFailed(ctx, t.sess, "zklock: list queue", err); !retry {
 				return driver.Grant{}, err
@@ -165,7 +177,7 @@ func (t *turn) look(ctx context.Context, children []string, sent time.Time) (g d
 		g, done, err := t.awaitDelay(ctx, sent)
 		return g, "", done, err
 	case i == 0:
-		h := &handle{path: t.path, czxid: t.czxid, sess: t.sess, guardPath: t.parent + "/" + guardName}
+		h := &handle{path: t.path, czxid: t.czxid, sess: t.sess}
 		if t.delay > 0 {
 			if err := t.d.setGuard(ctx, h, t.delay); err != nil {
 				return g, "", true, err
@@ -197,7 +209,7 @@ func (t *turn) awaitDelay(ctx context.Context, sent time.Time) (driver.Grant, bo
 	case left == 0:
 		return driver.Grant{}, false, nil // guard gone: look again
 	case left < 0:
-		return t.d.grant(&handle{path: t.path, czxid: t.czxid, sess: t.sess, guardPath: t.parent + "/" + guardName}, 1, sent), true, nil
+		return t.d.grant(&handle{path: t.path, czxid: t.czxid, sess: t.sess}, 1, sent), true, nil
 	case !t.wait:
 		return driver.Grant{}, true, &driver.LockedError{RetryAfter: left}
 	}

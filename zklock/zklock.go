@@ -133,6 +133,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -236,9 +237,19 @@ type handle struct {
 	guarded atomic.Bool // a lock-delay guard of this grant exists (see delay.go)
 
 	kind      driver.Kind
-	guardPath string // the lock-delay guard node of this grant
+	guardPath string // the lock-delay guard node of a kind's grant; "" for a mutex's (see guard)
 	version   int32  // the node's data version (1 once a kind's grant wrote its token, see kinds.go)
 	token     int64  // the token when it is not czxid (see kinds.go)
+}
+
+// guard is the lock-delay guard node of h's grant: a mutex's is the lock's
+// one guard, beside its node (derived rather than kept: the driver keeps a
+// handle per held grant).
+func (h *handle) guard() string {
+	if h.guardPath != "" {
+		return h.guardPath
+	}
+	return h.path[:strings.LastIndexByte(h.path, '/')+1] + guardName
 }
 
 // New returns a driver over conn. The driver does not close conn: Close stops

@@ -31,6 +31,14 @@ import (
 // grant that completes while Close runs is not returned but released on
 // every node by Close.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	return d.tryAcquire(ctx, req, 0)
+}
+
+// tryAcquire is TryAcquire, for a mutex waiter queued at score if score is
+// not zero (see Acquire): a refusal then queues it on the refusing nodes,
+// an undo puts it back in the queue of the nodes whose grant it released,
+// and after a grant it leaves the queue of the nodes that did not grant.
+func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, score int64) (driver.Grant, error) {
 	if !d.gate.Enter() {
 		return driver.Grant{}, errClosed
 	}
@@ -41,6 +49,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	start := time.Now()
 	timeout := d.timeoutFor(req.TTL)
 	ops := d.opsFor(req)
+	if score != 0 && ops.kind == nil {
+		ops.queued(req, score)
+	}
 	for try := 1; ; try++ {
 		g, leftovers, err := d.attempt(ctx, req, ops, timeout, start)
 		if !leftovers {
@@ -116,7 +127,23 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 			if d.gate.Stopped() {
 				return driver.Grant{}, false, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 			}
-			h := &handle{keys: ops.keys, kind: ops.kind, settled: d.settle(results, n-len(got))}
+			if ops.leave != nil {
+				// Out of the queue of the nodes that did not grant.
+				var which []int
+				for _, r := range got {
+					if r.err != nil || !r.v.Granted {
+						which = append(which, r.i)
+					}
+				}
+				if len(which) > 0 {
+					d.gate.Add(1)
+					go func() {
+						defer d.gate.Done()
+						d.leaveNodes(ctx, ops, which, timeout)
+					}()
+				}
+			}
+			h := &handle{keys: ops.keys, kind: ops.kind, settled: d.settle(ctx, ops, timeout, results, n-len(got))}
 			key := ops.keys.Lock
 			if ops.kind != nil {
 				// The writer's key, or the readers' set.
@@ -340,7 +367,21 @@ func (d *Driver) undo(ctx context.Context, ops lockOps, got []result[redisscript
 	defer cancel()
 	redisscript.OnEach(which, func(i int) error {
 		_, _, err := ops.release(rctx, d.nodes[i], publish)
+		if ops.requeue != nil {
+			// The grant took the waiter out of this node's queue: its
+			// place is kept (same score), so that the nodes keep ordering
+			// the waiters alike.
+			_ = ops.requeue(rctx, d.nodes[i])
+		}
 		return err
 	})
 	return got
+}
+
+// leaveNodes takes a granted waiter out of the queues of the nodes listed,
+// best effort, detached from ctx's end.
+func (d *Driver) leaveNodes(ctx context.Context, ops lockOps, which []int, timeout time.Duration) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	redisscript.OnEach(which, func(i int) error { return ops.leave(rctx, d.nodes[i]) })
 }

@@ -54,19 +54,34 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 // settle returns a channel closed once the pending results of an acquire
 // that returned early (on a quorum) have arrived. It must be called inside
 // an admitted call; Close waits for it.
-func (d *Driver) settle(results <-chan result[redisscript.AcquireResult], pending int) <-chan struct{} {
-	done := make(chan struct{})
+// A queued waiter (ops.leave set) leaves the queue of the late nodes that
+// did not grant.
+func (d *Driver) settle(ctx context.Context, ops lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], pending int) <-chan struct{} {
 	if pending == 0 {
-		close(done)
-		return done
+		return settledChan
 	}
+	done := make(chan struct{})
 	d.gate.Add(1)
 	go func() {
 		defer d.gate.Done()
+		var leave []int
 		for range pending {
-			<-results
+			r := <-results
+			if r.err != nil || !r.v.Granted {
+				leave = append(leave, r.i)
+			}
 		}
 		close(done)
+		if ops.leave != nil && len(leave) > 0 {
+			d.leaveNodes(ctx, ops, leave, timeout)
+		}
 	}()
 	return done
 }
+
+// settledChan is a closed channel: the acquire had no pending node.
+var settledChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()

@@ -45,7 +45,12 @@ type lockOps struct {
 	release func(ctx context.Context, n *node, publish bool) (remaining int, held bool, err error)
 	// mark, if not nil, leaves a waiting writer's mark on a node.
 	mark func(ctx context.Context, n *node) error
-	book func(req driver.AcquireRequest, start time.Time)
+	// requeue and leave, set for a queued waiter (see queued), put it back
+	// in a node's queue at its score after an undo released that node's
+	// grant (which took it out), and take it out of a node's queue after
+	// a quorum granted it.
+	requeue, leave func(ctx context.Context, n *node) error
+	book           func(req driver.AcquireRequest, start time.Time)
 }
 
 // opsFor returns the operations of req's lock.
@@ -92,6 +97,22 @@ func (d *Driver) mutexOps(k redisscript.Keys, owner string, req driver.AcquireRe
 			return redisscript.Release(ctx, n.client, quiet, owner, 0)
 		},
 		book: func(req driver.AcquireRequest, start time.Time) { d.grants.Granted(k, owner, req.TTL, start) },
+	}
+}
+
+// queued turns a mutex's ops into those of a waiter queued at score: a
+// refusal queues it there (or renews its entry) in the same call.
+func (ops *lockOps) queued(req driver.AcquireRequest, score int64) {
+	k := ops.keys
+	owner := req.Owner
+	ops.acquire = func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
+		return acquireWaiting(ctx, n.client, k, owner, req.TTL, req.LockDelay, score)
+	}
+	ops.requeue = func(ctx context.Context, n *node) error {
+		return redisscript.Enqueue(ctx, n.client, k, owner, score, queueWait)
+	}
+	ops.leave = func(ctx context.Context, n *node) error {
+		return redisscript.Leave(ctx, n.client, k, owner)
 	}
 }
 

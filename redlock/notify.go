@@ -89,3 +89,198 @@ func (dd *dedupe) first(channel, payload string) bool {
 	dd.last[channel] = seenMsg{payload: payload, at: now, copies: 1}
 	return !targeted || dd.quorum <= 1
 }
+
+// listenLinger is how long a channel stays subscribed after its last
+// waiting Lock returned: a lock taken and freed in turn by the driver's
+// callers (a hot lock) then costs no SUBSCRIBE and UNSUBSCRIBE per Lock, and
+// no retry for the subscription's confirmation.
+const listenLinger = 2 * time.Second
+
+// listeners are the channels the driver's waiting Locks (Acquire) listen
+// on, one subscription per channel and node shared by all of them: a
+// release naming a waiter (its quorum-th copy, see dedupe) wakes that
+// waiter through route; any other wake-up of the subscription (its
+// confirmation by a node, a lost connection, a release naming nobody)
+// wakes every waiter of the channel.
+type listeners struct {
+	mu sync.Mutex
+	m  map[string]*listener
+	// closed is set by Close: no new listeners.
+	closed bool
+}
+
+type listener struct {
+	channel string
+	subs    []*redisscript.Sub
+	sig     chan struct{}            // the subscriptions' wake-ups
+	owners  map[string]chan struct{} // the waiters, by owner
+	linger  *time.Timer              // pending unsubscribe (no waiters left)
+	done    chan struct{}            // closed when the listener stops
+}
+
+// listen registers the waiting Lock of owner on channel: sig receives its
+// wake-ups. fresh reports whether the channel was not subscribed yet on
+// this driver (the caller must try once more: a release before the
+// subscription took effect is not heard). It fails only when no node
+// could be subscribed or the driver is closing.
+func (d *Driver) listen(ctx context.Context, channel, owner string, sig chan struct{}) (fresh bool, err error) {
+	ls := &d.listeners
+	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		return false, errClosed
+	}
+	if l := ls.m[channel]; l != nil {
+		if l.linger != nil {
+			l.linger.Stop()
+			l.linger = nil
+		}
+		l.owners[owner] = sig
+		ls.mu.Unlock()
+		return false, nil
+	}
+	ls.mu.Unlock()
+	l := &listener{channel: channel, sig: make(chan struct{}, 1), owners: map[string]chan struct{}{owner: sig}, done: make(chan struct{})}
+	var firstErr error
+	for _, n := range d.nodes {
+		s, err := n.hub.Subscribe(ctx, channel, l.sig)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		l.subs = append(l.subs, s)
+	}
+	if len(l.subs) == 0 {
+		return false, firstErr
+	}
+	ls.mu.Lock()
+	if other := ls.m[channel]; other != nil || ls.closed {
+		// Another waiter subscribed the channel meanwhile (or Close began):
+		// join it, and drop ours.
+		if other != nil {
+			if other.linger != nil {
+				other.linger.Stop()
+				other.linger = nil
+			}
+			other.owners[owner] = sig
+		}
+		closed := ls.closed
+		ls.mu.Unlock()
+		for _, s := range l.subs {
+			s.Close(false)
+		}
+		if closed {
+			return false, errClosed
+		}
+		return true, nil
+	}
+	if ls.m == nil {
+		ls.m = map[string]*listener{}
+	}
+	ls.m[channel] = l
+	ls.mu.Unlock()
+	go l.forward(&d.listeners)
+	return true, nil
+}
+
+// forward passes the subscriptions' wake-ups to every waiter.
+func (l *listener) forward(ls *listeners) {
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.sig:
+		}
+		ls.mu.Lock()
+		for _, sig := range l.owners {
+			select {
+			case sig <- struct{}{}:
+			default:
+			}
+		}
+		ls.mu.Unlock()
+	}
+}
+
+// unlisten removes owner's waiter from channel; the channel is
+// unsubscribed listenLinger after its last waiter left, unless another
+// comes.
+func (d *Driver) unlisten(channel, owner string) {
+	ls := &d.listeners
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.m[channel]
+	if l == nil {
+		return
+	}
+	delete(l.owners, owner)
+	if len(l.owners) > 0 || l.linger != nil || ls.closed {
+		return
+	}
+	l.linger = time.AfterFunc(listenLinger, func() {
+		ls.mu.Lock()
+		if ls.m[channel] != l || len(l.owners) > 0 || ls.closed {
+			ls.mu.Unlock()
+			return
+		}
+		delete(ls.m, channel)
+		close(l.done)
+		ls.mu.Unlock()
+		for _, s := range l.subs {
+			s.Close(false)
+		}
+	})
+}
+
+// route wakes the waiter owner of channel, if it is one of the driver's.
+func (d *Driver) route(channel, owner string) {
+	ls := &d.listeners
+	ls.mu.Lock()
+	if l := ls.m[channel]; l != nil {
+		if sig := l.owners[owner]; sig != nil {
+			select {
+			case sig <- struct{}{}:
+			default:
+			}
+		}
+	}
+	ls.mu.Unlock()
+}
+
+// closeListeners stops every listener (Close, before the hubs close).
+func (d *Driver) closeListeners() {
+	ls := &d.listeners
+	ls.mu.Lock()
+	ls.closed = true
+	m := ls.m
+	ls.m = nil
+	for _, l := range m {
+		if l.linger != nil {
+			l.linger.Stop()
+		}
+		close(l.done)
+	}
+	ls.mu.Unlock()
+}
+
+// filter is the hubs' message filter: dedupe's verdict, and a release
+// naming a waiter of the driver's is routed to it.
+func (d *Driver) filter(channel, payload string) bool {
+	if !d.seen.first(channel, payload) {
+		return false
+	}
+	if i := strings.IndexByte(payload, '\n'); i >= 0 {
+		d.route(channel, payload[i+1:])
+	}
+	return true
+}
+
+// listened reports whether the driver listens on channel already.
+func (d *Driver) listened(channel string) bool {
+	ls := &d.listeners
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	return ls.m[channel] != nil
+}

@@ -19,13 +19,21 @@ const queueWait = 3 * time.Second
 
 // Acquire waits for the lock in a queue kept on every node (see redislock's
 // Acquire for the keys). A waiter is queued on each node at one score, the
-// time of its first refusal by its own clock, so every node orders the
+// time of its first attempt by its own clock, so every node orders the
 // waiters alike: a free node grants only to the first live waiter, and the
 // waiters do not split the nodes between them, nor does a releaser asking
-// again, which goes behind them. A release publishes the first waiter's
-// owner on every node, which wakes that waiter only; it then runs
-// TryAcquire. A waiter renews its entries (and tries again) every
-// queueWait/3, and when the holder's lease would have run out.
+// again, which goes behind them. A refused attempt queues the waiter (or
+// renews its entry) in the same call; an attempt that got only a minority
+// puts the waiter back in the queue of the nodes it released, at its
+// place. A release publishes the first waiter's owner on every node, which
+// wakes that waiter only (at the quorum-th copy); it then tries again. A
+// waiter tries again (renewing its entries) at least every queueWait/3,
+// and when the holder's lease would have run out.
+//
+// The driver listens on a lock's release channel once for all its waiting
+// Locks, and for listenLinger after the last one returned: a lock passed
+// around among the driver's callers is not subscribed and unsubscribed at
+// every Lock.
 //
 // When ctx ends, the waiter leaves every node's queue (waking the next
 // waiter) and Acquire returns an error wrapping ctx.Err(). An entry left
@@ -37,28 +45,28 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	k := redisscript.KeysFor(d.prefix, req.Name)
 	sig := make(chan struct{}, 1)
 	var (
-		subs    []*redisscript.Sub
-		score   int64
-		renewed time.Time
+		score     int64 // not zero once the waiter queues
+		listening bool
 	)
 	defer func() {
-		for _, s := range subs {
-			s.Close(false)
+		if listening {
+			d.unlisten(k.Channel, req.Owner)
 		}
 	}()
+	if d.listened(k.Channel) {
+		// Waiters of this lock are around (or were, a moment ago): queue
+		// at once, already listening.
+		if _, err := d.listen(ctx, k.Channel, req.Owner, sig); err == nil {
+			listening = true
+			score = time.Now().UnixMilli()
+		}
+	}
 	for {
 		sent := time.Now()
-		g, err := d.TryAcquire(ctx, req)
+		g, err := d.tryAcquire(ctx, req, score)
 		if err == nil {
 			if g.Sent.IsZero() {
 				g.Sent = sent
-			}
-			if score != 0 {
-				// The granting nodes took the waiter out of their queue;
-				// a node that did not grant may still have it first.
-				d.queueOp(ctx, d.timeoutFor(req.TTL), false, func(ctx context.Context, n *node) error {
-					return redisscript.Leave(ctx, n.client, k, req.Owner)
-				})
 			}
 			return g, nil
 		}
@@ -67,26 +75,20 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			d.leaveAll(ctx, k, req, score)
 			return driver.Grant{}, err
 		}
-		if score == 0 || time.Since(renewed) >= queueWait/3 {
+		if !listening {
+			fresh, err := d.listen(ctx, k.Channel, req.Owner, sig)
+			if err == nil {
+				listening = true
+			}
 			if score == 0 {
 				score = time.Now().UnixMilli()
+				continue // the next attempt queues the waiter
 			}
-			renewed = time.Now()
-			d.queueOp(ctx, d.timeoutFor(req.TTL), true, func(ctx context.Context, n *node) error {
-				return redisscript.Enqueue(ctx, n.client, k, req.Owner, score, queueWait)
-			})
-		}
-		if subs == nil {
-			for _, n := range d.nodes {
-				if s, err := n.hub.SubscribeOwner(ctx, k.Channel, req.Owner, sig); err == nil {
-					subs = append(subs, s)
-				}
-			}
-			if subs != nil {
+			if fresh {
 				continue // a release before the subscription is not missed
 			}
 		}
-		wait := queueWait/3 - time.Since(renewed)
+		wait := queueWait/3 - time.Since(sent)
 		if le.RetryAfter > 0 && le.RetryAfter+time.Millisecond < wait {
 			wait = le.RetryAfter + time.Millisecond
 		}

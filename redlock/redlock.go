@@ -140,6 +140,7 @@ type Driver struct {
 	gate      redisscript.Gate   // Close waits for calls and node calls in flight, refuses new calls
 	grants    redisscript.Grants // granted and not released: Close releases them
 	seen      dedupe             // release messages already delivered
+	listeners listeners          // the channels waiting Locks listen on
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -195,7 +196,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 				return nil, openurl.Invalid("clients", "redlock: client %d is given twice", i)
 			}
 		}
-		d.nodes = append(d.nodes, &node{client: c, hub: redisscript.NewHub(c, d.seen.first)})
+		d.nodes = append(d.nodes, &node{client: c, hub: redisscript.NewHub(c, d.filter)})
 	}
 	return d, nil
 }
@@ -243,6 +244,7 @@ func (d *Driver) Limits() driver.Limits {
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		d.gate.Stop()
+		d.closeListeners()
 		clients := make([]redis.UniversalClient, len(d.nodes))
 		for i, n := range d.nodes {
 			clients[i] = n.client
@@ -274,5 +276,6 @@ func (d *Driver) kill() {
 		_ = n.client.Close()
 	}
 	d.gate.Stop()
+	d.closeListeners()
 	d.grants.Forget()
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/redis/go-redis/v9"
 )
@@ -130,5 +131,39 @@ func TestReleaseAll(t *testing.T) {
 	}
 	if hs := g.Take(); len(hs) != 0 {
 		t.Fatalf("book after ReleaseAll = %+v; want empty", hs)
+	}
+}
+
+// TestGrantsBookRef: a grant booked by its Ref (redislock's handle) comes
+// back from Take with its keys, hold count and TTL, and booking another
+// hold of an entry that exists allocates nothing.
+func TestGrantsBookRef(t *testing.T) {
+	var g Grants
+	r, err := PlainRefFor("orders:42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	g.GrantedRef(&r, "o", 1500*time.Millisecond, now)
+	g.GrantedKind(KindKeysFor(DefaultPrefix, "a", driver.Permit), "o", time.Minute, now)
+	if n := testing.AllocsPerRun(100, func() { g.GrantedRef(&r, "o", 1500*time.Millisecond, now) }); n != 0 {
+		t.Errorf("re-booking a held entry: %v allocations, want 0", n)
+	}
+	for range 101 { // AllocsPerRun ran it 101 times
+		g.Released(r.Lock(), "o", true)
+	}
+	hs := g.Take()
+	if len(hs) != 2 {
+		t.Fatalf("Take = %+v; want two grants", hs)
+	}
+	for _, h := range hs {
+		switch {
+		case h.Kind.Kind == driver.Permit:
+			if h.Kind != KindKeysFor(DefaultPrefix, "a", driver.Permit) || h.Holds != 1 || h.TTL != time.Minute {
+				t.Errorf("permit grant = %+v", h)
+			}
+		case h.Keys != r.Keys() || h.Owner != "o" || h.Holds != 1 || h.TTL != 1500*time.Millisecond:
+			t.Errorf("mutex grant = %+v; want one hold of %+v, TTL 1.5s", h, r.Keys())
+		}
 	}
 }

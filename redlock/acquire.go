@@ -143,7 +143,8 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 					}()
 				}
 			}
-			h := &handle{keys: ops.keys, kind: ops.kind, settled: d.settle(ctx, ops, timeout, results, n-len(got))}
+			h := &handle{keys: ops.keys, kind: ops.kind}
+			d.settle(ctx, h, ops, timeout, results, n-len(got))
 			key := ops.keys.Lock
 			if ops.kind != nil {
 				// The writer's key, or the readers' set.

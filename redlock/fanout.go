@@ -51,16 +51,17 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 	return out
 }
 
-// settle returns a channel closed once the pending results of an acquire
-// that returned early (on a quorum) have arrived. It must be called inside
-// an admitted call; Close waits for it.
+// settle sets h.settled to a channel closed (and then dropped) once the
+// pending results of an acquire that returned early (on a quorum) have
+// arrived. It must be called inside an admitted call; Close waits for it.
 // A queued waiter (ops.leave set) leaves the queue of the late nodes that
 // did not grant.
-func (d *Driver) settle(ctx context.Context, ops lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], pending int) <-chan struct{} {
+func (d *Driver) settle(ctx context.Context, h *handle, ops lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], pending int) {
 	if pending == 0 {
-		return settledChan
+		return
 	}
 	done := make(chan struct{})
+	h.settled.Store(&done)
 	d.gate.Add(1)
 	go func() {
 		defer d.gate.Done()
@@ -72,16 +73,9 @@ func (d *Driver) settle(ctx context.Context, ops lockOps, timeout time.Duration,
 			}
 		}
 		close(done)
+		h.settled.Store(nil)
 		if ops.leave != nil && len(leave) > 0 {
 			d.leaveNodes(ctx, ops, leave, timeout)
 		}
 	}()
-	return done
 }
-
-// settledChan is a closed channel: the acquire had no pending node.
-var settledChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()

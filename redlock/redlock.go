@@ -88,8 +88,10 @@
 package redlock
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -225,7 +227,19 @@ type handle struct {
 	// given up): a release sent before then could reach a slow node ahead
 	// of its acquire, which would then grant there after the release and
 	// hold that node until TTL.
-	settled <-chan struct{}
+	// The channel is dropped (nil) once closed, so that a held lease
+	// does not keep it.
+	settled atomic.Pointer[chan struct{}]
+}
+
+// waitSettled waits until every node has answered h's acquire, or ctx ends.
+func (h *handle) waitSettled(ctx context.Context) {
+	if c := h.settled.Load(); c != nil {
+		select {
+		case <-*c:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // Limits reports millisecond TTL granularity (PX).

@@ -21,11 +21,8 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	}
 	defer d.gate.Exit()
 	ops := d.opsForLease(l)
-	if h, ok := l.Handle.(*handle); ok && h != nil && h.settled != nil {
-		select {
-		case <-h.settled:
-		case <-ctx.Done():
-		}
+	if h, ok := l.Handle.(*handle); ok && h != nil {
+		h.waitSettled(ctx)
 	}
 	type rel struct {
 		remaining int

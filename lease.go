@@ -320,8 +320,8 @@ func (l *Lease) extend(ctx context.Context, ttl time.Duration) error {
 	dl := l.driverLeaseLocked()
 	l.mu.Unlock()
 	dl.TTL = ttl
-	rctx, cancel := l.c.detached(ctx)
-	defer cancel()
+	rctx := l.c.detached(ctx)
+	defer rctx.stop()
 	sent := time.Now()
 	errs, err := l.c.d.Renew(rctx, []driver.Lease{dl})
 	if err == nil && len(errs) == 1 {
@@ -381,8 +381,8 @@ func (l *Lease) unlock(ctx context.Context) error {
 	if !l.beginRelease() {
 		return fmt.Errorf("dlock: unlock %q: %w", l.name, ErrNotHeld)
 	}
-	rctx, cancel := l.c.detached(ctx)
-	defer cancel()
+	rctx := l.c.detached(ctx)
+	defer rctx.stop()
 	dl := l.driverLease()
 	_, err := l.c.d.Release(rctx, dl)
 	gen := l.flags&generated != 0
@@ -403,18 +403,6 @@ func (l *Lease) unlock(ctx context.Context) error {
 		l.c.releaseUnknown("unlock", dl, lost, gen, err)
 		return l.c.wrap("unlock", l.name, rctx, err)
 	}
-}
-
-// detached returns a context that keeps ctx's values but not its
-// cancellation, bounded by ReleaseTimeout.
-func (c *Client) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	if ctx.Done() != nil { // a context that is never cancelled needs no detaching
-		ctx = context.WithoutCancel(ctx)
-	}
-	return context.WithTimeout(ctx, c.opts.ReleaseTimeout)
 }
 
 // beginRelease marks the lease as being released so renewal leaves it alone;

@@ -185,9 +185,9 @@ func (mm *MultiMutex) tryMulti(ctx, tctx context.Context, ma driver.MultiAcquire
 			// owner. Release each, and keep trying in the background.
 			for _, q := range reqs {
 				dl := driver.Lease{Name: q.Name, Owner: q.Owner, TTL: q.TTL, LockDelay: q.LockDelay}
-				rctx, cancel := c.detached(ctx)
+				rctx := c.detached(ctx)
 				_, rerr := c.d.Release(rctx, dl)
-				cancel()
+				rctx.stop()
 				if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
 					c.releaseUnknown("clean-up", dl, nil, true, rerr)
 				}

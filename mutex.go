@@ -287,9 +287,9 @@ func (m *Mutex) finish(ctx context.Context, op string, r resolved, g driver.Gran
 		// The grant arrived after its own validity deadline (a very slow
 		// reply, or this process was paused): it cannot be relied on.
 		dl := l.driverLease()
-		rctx, rcancel := c.detached(ctx)
+		rctx := c.detached(ctx)
 		_, rerr := c.d.Release(rctx, dl)
-		rcancel()
+		rctx.stop()
 		if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
 			c.releaseUnknown("late grant", dl, g.Lost, r.generated, rerr)
 		}
@@ -304,9 +304,9 @@ func (m *Mutex) finish(ctx context.Context, op string, r resolved, g driver.Gran
 		c.hooks.LeaseStart(c.leaseInfo(l, l.ttl))
 	}
 	if !c.register(l, g.Lost, g.Cause) {
-		rctx, rcancel := c.detached(ctx)
+		rctx := c.detached(ctx)
 		_, _ = c.d.Release(rctx, l.driverLease())
-		rcancel()
+		rctx.stop()
 		l.end(ErrClosed)
 		return nil, ErrClosed
 	}
@@ -320,8 +320,8 @@ func (c *Client) withdraw(ctx context.Context, req driver.AcquireRequest) {
 	if !ok || c.isClosed() {
 		return // a closed driver's marks expire on their own
 	}
-	wctx, cancel := c.detached(ctx)
-	defer cancel()
+	wctx := c.detached(ctx)
+	defer wctx.stop()
 	if err := w.Withdraw(wctx, req); err != nil {
 		c.log.Warn("dlock: withdrawing a waiting writer failed; its mark expires on its own", "backend", c.backend, "name", req.Name, "err", err)
 	}
@@ -449,9 +449,9 @@ func (m *Mutex) tryLoop(cw *closeWatch, req driver.AcquireRequest, r resolved, w
 				// and keep trying in the background if that fails too.
 				dl := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, LockDelay: req.LockDelay,
 					Kind: req.Kind, Permits: req.Permits}
-				rctx, cancel := c.detached(ctx)
+				rctx := c.detached(ctx)
 				_, rerr := c.d.Release(rctx, dl)
-				cancel()
+				rctx.stop()
 				if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
 					c.releaseUnknown("clean-up", dl, nil, true, rerr)
 				}

@@ -238,11 +238,14 @@ func (m *markedSub) Close() error {
 }
 
 // yielding reports how long this driver's new attempts on name stand back:
-// for yieldFor after it released name while waiters elsewhere (in another
-// driver or process) watched it, so that the waiter woken by the release
-// takes the lock rather than this driver looping back into Lock. Such an
-// attempt is refused as if the lock were held, with that time as its
-// RetryAfter, without asking the database.
+// for up to yieldFor after it released name while waiters elsewhere (in
+// another driver or process) watched it, so that the waiter woken by the
+// release takes the lock rather than this driver looping back into Lock.
+// Such an attempt is refused as if the lock were held, with that time as
+// its RetryAfter, without asking the database. The stand-back ends early
+// once nobody watches the name any more (this driver has no subscribers of
+// its own for it and no other driver marks it), so a TryLock after the
+// waiters are gone is answered by the table as before.
 func (s *signal) yielding(name string) time.Duration {
 	if s == nil {
 		return 0
@@ -254,15 +257,16 @@ func (s *signal) yielding(name string) time.Duration {
 		return 0
 	}
 	left := time.Until(until)
-	if left <= 0 || len(s.yield) > 1024 {
-		// Drop expired entries, all of them now and then.
-		for n, u := range s.yield {
-			if time.Until(u) <= 0 {
-				delete(s.yield, n)
-			}
+	if off := waitersOff(offset(name)); left > 0 && !s.closed && s.marks[off] == 0 {
+		if w, err := s.hold.others(off); err != nil || !w {
+			left = 0
 		}
 	}
-	return max(left, 0)
+	if left <= 0 {
+		delete(s.yield, name)
+		return 0
+	}
+	return left
 }
 
 // close drops every byte this driver holds (which wakes their waiters)

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/internal/redisscript"
@@ -33,18 +34,26 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 	}
 	out := make(chan result[T], len(which))
 	d.gate.Add(len(which))
+	// One deadline for all the node calls (they start together): one
+	// timer rather than one per node.
+	nctx, cancel := context.WithTimeout(ctx, timeout)
+	if len(which) == 0 {
+		cancel()
+		return out
+	}
+	pending := &pendingCalls{cancel: cancel}
+	pending.left.Store(int32(len(which)))
 	for _, i := range which {
 		n := d.nodes[i]
 		go func() {
 			defer d.gate.Done()
-			nctx, cancel := context.WithTimeout(ctx, timeout)
 			v, err := fn(nctx, n)
 			// A late answer still counts: validity is measured by the
 			// dlock package, from the send.
 			if err != nil && nctx.Err() != nil && ctx.Err() == nil {
 				err = fmt.Errorf("no answer within the %v node timeout: %w", timeout, err)
 			}
-			cancel()
+			pending.done()
 			out <- result[T]{i: i, v: v, err: err}
 		}()
 	}
@@ -78,4 +87,17 @@ func (d *Driver) settle(ctx context.Context, h *handle, ops lockOps, timeout tim
 			d.leaveNodes(ctx, ops, leave, timeout)
 		}
 	}()
+}
+
+// pendingCalls cancels a fan-out's shared deadline when its last call
+// returns.
+type pendingCalls struct {
+	left   atomic.Int32
+	cancel context.CancelFunc
+}
+
+func (p *pendingCalls) done() {
+	if p.left.Add(-1) == 0 {
+		p.cancel()
+	}
 }

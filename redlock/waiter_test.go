@@ -37,7 +37,7 @@ func TestUndoKeepsWaiterQueued(t *testing.T) {
 	if !errors.As(err, &le) {
 		t.Fatalf("tryAcquire = %v, want a LockedError", err)
 	}
-	q, _ := queueKeys(k)
+	q := k.Lock + ":q"
 	for i, a := range admins {
 		got, err := a.ZScore(ctx, q, "waiter").Result()
 		if err != nil || int64(got) != score {

@@ -81,7 +81,8 @@ end
 //	KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue deadlines
 //	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms,
 //	ARGV[4] queue entry lifetime ms (0: the caller does not wait, is not
-//	queued), ARGV[5] release channel ("": publish nothing)
+//	queued), ARGV[5] release channel ("": publish nothing), ARGV[6]
+//	optional: the queue score of a waiter (default: the server's time)
 //
 // The key lives for TTL + lock-delay (PX). With a lock-delay, between exp
 // and the key's expiry the lock is in its lock-delay: the key still exists,
@@ -180,7 +181,7 @@ else
 end
 if wait > 0 then
   local t = now()
-  redis.call('ZADD', KEYS[3], 'NX', t, owner)
+  redis.call('ZADD', KEYS[3], 'NX', ARGV[6] or t, owner)
   redis.call('HSET', KEYS[4], owner, t + wait)
   redis.call('PEXPIRE', KEYS[3], wait)
   redis.call('PEXPIRE', KEYS[4], wait)
@@ -410,6 +411,18 @@ func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, 
 		w = Millis(wait)
 	}
 	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), w, k.Channel).Slice()
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	return parseAcquire(v)
+}
+
+// AcquireAtScore is AcquireQueued for a waiter whose queue score the
+// caller chooses (ms by the caller's clock; ARGV[6] of the script) instead
+// of the server's time: Redlock queues a waiter at one score on every node,
+// so that all nodes order its waiters alike and grant to the same first one.
+func AcquireAtScore(ctx context.Context, c redis.Scripter, k Keys, owner string, ttl, delay, wait time.Duration, score int64) (AcquireResult, error) {
+	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score).Slice()
 	if err != nil {
 		return AcquireResult{}, err
 	}

@@ -257,8 +257,10 @@ func (c *Client) Do(ctx context.Context, name string, opts *MutexOptions, fn fun
 // earlier Unlock left unconfirmed, and that were still being retried in the
 // background, get one last attempt within the same bound; a session-bound
 // backend's driver then ends the session, which frees whatever it still
-// holds. Lock calls waiting at the time return ErrClosed. Close is
-// idempotent; later calls return the first call's result.
+// holds. Lock calls waiting at the time return ErrClosed; an acquire whose
+// attempt is in flight when Close begins is waited for (within the same
+// bound), and whatever it was granted is released before it returns
+// ErrClosed. Close is idempotent; later calls return the first call's result.
 func (c *Client) Close() error {
 	c.once.Do(func() {
 		c.mu.Lock()

@@ -310,8 +310,12 @@ func TestCloseStopsWaiters(t *testing.T) {
 // waits for it to release what it was granted) or not (the attempt runs on a
 // context Close cancels).
 func TestCloseDuringFirstAttempt(t *testing.T) {
-	for _, cancellable := range []bool{false, true} {
-		t.Run(fmt.Sprintf("cancellable=%v", cancellable), func(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		cancellable, try bool
+	}{{"cancellable=false", false, false}, {"cancellable=true", true, false}, {"trylock", false, true}} {
+		cancellable := tc.cancellable
+		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				backend := memlock.NewBackend()
 				d := backend.NewDriver()
@@ -325,7 +329,13 @@ func TestCloseDuringFirstAttempt(t *testing.T) {
 				}
 				errc := make(chan error, 1)
 				go func() {
-					_, err := c.NewMutex("first", nil).Lock(ctx)
+					m := c.NewMutex("first", nil)
+					var err error
+					if tc.try {
+						_, err = m.TryLock(ctx)
+					} else {
+						_, err = m.Lock(ctx)
+					}
 					errc <- err
 				}()
 				synctest.Wait() // the attempt is in the driver's delay
@@ -333,7 +343,7 @@ func TestCloseDuringFirstAttempt(t *testing.T) {
 					t.Fatalf("Close: %v", err)
 				}
 				if err := <-errc; !errors.Is(err, dlock.ErrClosed) {
-					t.Fatalf("Lock during Close = %v, want ErrClosed", err)
+					t.Fatalf("%s during Close = %v, want ErrClosed", tc.name, err)
 				}
 				if owner, _ := backend.Holder("first"); owner != "" {
 					t.Fatalf("the lock is left held by %q after Close", owner)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -121,6 +122,9 @@ type leaseSignals struct {
 	closed   bool
 	cancel   context.CancelFunc
 	done     chan struct{}
+	// busyGets counts GET_LOCKs of a signal that met it held by another
+	// session (for tests: the wait for a busy signal to be asked again).
+	busyGets atomic.Int64
 }
 
 type leaseSignal struct {
@@ -367,6 +371,7 @@ func (ls *leaseSignals) run(ctx context.Context) {
 						e.have = sent[i]
 					} else {
 						busy = true
+						ls.busyGets.Add(1)
 					}
 				}
 				if !e.want && !e.have {

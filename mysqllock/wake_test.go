@@ -162,8 +162,10 @@ func TestLeaseSignalTakenAfterBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fault: the signal stays held by the other session through the
-	// holder driver's first attempts to take it (it asks 2ms after the grant).
-	time.Sleep(300 * time.Millisecond)
+	// holder driver's first attempt to take it (it asks 2ms after the grant).
+	testwait.Until(t, 10*time.Second, "the holder's driver to meet the signal held by another session", func() bool {
+		return d.leaseSig.busyGets.Load() > 0
+	})
 	if _, err := other.ExecContext(ctx, "DO RELEASE_LOCK("+sig+")"); err != nil {
 		t.Fatal(err)
 	}

@@ -54,18 +54,20 @@
 //     revives it.
 //
 // SQLite has no notification, but every user of a database is on one
-// machine, so a release is signalled through a companion file next to the
-// database, <database>-dlock (created with the database file's permission
-// bits): a holder keeps an exclusive lock on one byte of it (Linux
-// open-file-description locks, at an offset hashed from the lock's name)
-// until it releases, and a waiter blocks for a shared lock on that byte,
+// machine, so a release is signalled through companion files next to the
+// database, in the directory <database>-dlock.d (64 files, named 0 to 63,
+// created with the database file's permission bits): a holder keeps an
+// exclusive lock on one byte of one of them (Linux open-file-description
+// locks; the file and the offset are hashed from the lock's name) until it
+// releases, and a waiter blocks for a shared lock on that byte,
 // which the kernel grants the moment the holder lets go or its process
 // ends (Driver.Subscribe, driver.Notifier). The grant itself is still the
 // table's one statement: a wake-up only says "try now". A holder that keeps
-// no byte lock (a crashed process, an older version) is polled on a
+// no byte lock (a crashed process, or a version before the directory, which
+// kept its byte locks on the one file <database>-dlock) is polled on a
 // backoff and at the holder's remaining time, which TryAcquire reports in
-// driver.LockedError.RetryAfter. Without the companion file (it cannot be
-// created, or not on Linux) waiters poll as well.
+// driver.LockedError.RetryAfter. Without the companion files (they cannot
+// be created, or not on Linux) waiters poll as well.
 //
 // Every grant's Key (driver.Grant.Key; "dlock run" hands it to CMD as
 // DLOCK_KEY) names its row: "<table>/<name>" for a mutex,

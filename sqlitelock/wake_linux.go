@@ -7,20 +7,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ofd is an open of the companion file whose byte locks are Linux
+// lockable: wake-up signals are open-file-description byte locks.
+const lockable = true
+
+// ofd is an open of a companion shard file whose byte locks are Linux
 // open-file-description locks.
 type ofd struct{ f *os.File }
 
-// openLocker opens the companion file at path, creating it with perm (the
-// database file's permission bits); write is needed for exclusive locks.
+// openLocker opens the companion shard file at path, creating it with perm
+// (the database file's permission bits) if it is missing and the directory
+// lets it. write is needed for exclusive locks; without it the file is
+// opened for reading (shared locks only), also where it cannot be created.
 func openLocker(path string, write bool, perm os.FileMode) (fileLocker, error) {
-	flag := os.O_RDONLY
 	if write {
-		flag = os.O_RDWR | os.O_CREATE
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, perm)
+		if err != nil {
+			return nil, err
+		}
+		return ofd{f}, nil
 	}
-	f, err := os.OpenFile(path, flag, perm)
+	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE, perm)
 	if err != nil {
-		return nil, err
+		if f, err = os.Open(path); err != nil {
+			return nil, err
+		}
 	}
 	return ofd{f}, nil
 }

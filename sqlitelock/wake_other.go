@@ -7,6 +7,10 @@ import (
 	"os"
 )
 
+// lockable: wake-up signals need Linux open-file-description locks;
+// elsewhere waiters poll.
+const lockable = false
+
 // openLocker: wake-up signals need Linux open-file-description locks;
 // elsewhere waiters poll.
 func openLocker(string, bool, os.FileMode) (fileLocker, error) {

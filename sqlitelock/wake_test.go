@@ -3,6 +3,8 @@ package sqlitelock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"hash/fnv"
 	"testing"
 	"time"
 
@@ -101,5 +103,28 @@ func TestReleaserStandsBack(t *testing.T) {
 	}
 	if _, err := a.TryAcquire(ctx, req("a4")); err != nil {
 		t.Fatalf("the releaser's attempt after the waiter left: %v", err)
+	}
+}
+
+// TestCompanionLayout: a name's byte is the 64-bit FNV-1a hash of the name
+// with its top two bits cleared, its waiters' byte that plus 2^62, both in
+// the shard file named by the hash modulo 64 (docs/protocol.md; other
+// processes, maybe of other builds, must agree).
+func TestCompanionLayout(t *testing.T) {
+	for _, name := range []string{"", "a", "orders/42", "ünï"} {
+		h := fnv.New64a()
+		h.Write([]byte(name))
+		want := h.Sum64()
+		off := offset(name)
+		if off != int64(want&(1<<62-1)) {
+			t.Errorf("offset(%q) = %#x, want %#x", name, off, want&(1<<62-1))
+		}
+		if s := shardOf(off); s != int(want%64) || shardOf(waitersOff(off)) != s {
+			t.Errorf("%q: shard %d (waiters %d), want %d", name, s, shardOf(waitersOff(off)), want%64)
+		}
+	}
+	s := &signal{dir: "/x/locks.db-dlock.d"}
+	if p := s.path(offset("a")); p != fmt.Sprintf("/x/locks.db-dlock.d/%d", shardOf(offset("a"))) {
+		t.Errorf("path = %q", p)
 	}
 }

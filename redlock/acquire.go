@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -31,14 +32,15 @@ import (
 // grant that completes while Close runs is not returned but released on
 // every node by Close.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return d.tryAcquire(ctx, req, 0)
+	return d.tryAcquire(ctx, req, 0, nil)
 }
 
 // tryAcquire is TryAcquire, for a mutex waiter queued at score if score is
 // not zero (see Acquire): a refusal then queues it on the refusing nodes,
 // an undo puts it back in the queue of the nodes whose grant it released,
 // and after a grant it leaves the queue of the nodes that did not grant.
-func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, score int64) (driver.Grant, error) {
+// st, if not nil, staggers the first attempt's node calls (see stagger).
+func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, score int64, st *stagger) (driver.Grant, error) {
 	if !d.gate.Enter() {
 		return driver.Grant{}, errClosed
 	}
@@ -53,7 +55,8 @@ func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, scor
 		ops.queued(req, score)
 	}
 	for try := 1; ; try++ {
-		g, leftovers, err := d.attempt(ctx, req, ops, timeout, start)
+		g, leftovers, err := d.attempt(ctx, req, ops, timeout, start, st)
+		st = nil
 		if !leftovers {
 			return g, err
 		}
@@ -75,9 +78,16 @@ const maxLeftoverTries = 3
 // nor reports it, so a token chosen from it could repeat an earlier
 // grant's; attempt then releases everything it got, clears the leftovers,
 // and the caller tries again afresh.
-func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops lockOps, timeout time.Duration, start time.Time) (driver.Grant, bool, error) {
-	results := fanout(d, ctx, timeout, ops.acquire)
+func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops lockOps, timeout time.Duration, start time.Time, st *stagger) (driver.Grant, bool, error) {
 	n := len(d.nodes)
+	var results <-chan result[redisscript.AcquireResult]
+	var late *lateCalls
+	if st != nil && st.first != 0 && bits.OnesCount64(st.first) < d.quorum && st.first < 1<<n {
+		late = d.launchEarly(ctx, ops, timeout, st)
+		results = late.out
+	} else {
+		results = fanout(d, ctx, timeout, ops.acquire)
+	}
 	var (
 		got              []result[redisscript.AcquireResult]
 		granted, refused int
@@ -86,7 +96,12 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 		reentered        bool
 	)
 	for len(got) < n {
-		r := <-results
+		var r result[redisscript.AcquireResult]
+		if late != nil {
+			r = late.next(d, ctx, ops, timeout)
+		} else {
+			r = <-results
+		}
 		got = append(got, r)
 		switch {
 		case r.err != nil:
@@ -103,6 +118,10 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 		if granted >= d.quorum || refused+failed > n-d.quorum {
 			break
 		}
+	}
+	if late != nil {
+		// What follows waits for every node's answer.
+		late.launchRest(d, ctx, ops, timeout)
 	}
 	if granted >= d.quorum && reentered {
 		// A re-entry is judged on every node's answer.
@@ -143,7 +162,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 					}()
 				}
 			}
-			h := &handle{keys: ops.keys, kind: ops.kind}
+			h := &handle{ref: ops.ref, kind: ops.kind}
 			d.settle(ctx, h, ops, timeout, results, n-len(got))
 			key := ops.keys.Lock
 			if ops.kind != nil {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"time"
 
@@ -33,13 +34,20 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 		}
 	}
 	out := make(chan result[T], len(which))
+	fanoutInto(d, ctx, timeout, which, fn, out)
+	return out
+}
+
+// fanoutInto is fanoutTo sending the results to out, which must have room
+// for them.
+func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
 	d.gate.Add(len(which))
 	// One deadline for all the node calls (they start together): one
 	// timer rather than one per node.
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	if len(which) == 0 {
 		cancel()
-		return out
+		return
 	}
 	pending := &pendingCalls{cancel: cancel}
 	pending.left.Store(int32(len(which)))
@@ -57,7 +65,85 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 			out <- result[T]{i: i, v: v, err: err}
 		}()
 	}
-	return out
+}
+
+// stagger is how a woken waiter's attempt reaches the nodes: at once on
+// first, the nodes whose release named it (each free, with the waiter
+// first in its queue, so each grants it), and on every other node as soon
+// as its release names the waiter too (w's bits), all of them once a
+// quorum has been sent to, and all of them anyway after the node timeout.
+// Each node's acquire thus leaves as soon as that node is known to be free,
+// rather than all of them at the quorum-th release: the hand-off is that
+// much shorter, and no acquire reaches a node before its release.
+type stagger struct {
+	first uint64 // nodes to send to at once (fewer than a quorum)
+	w     *waiter
+}
+
+// lateCalls are a staggered attempt's node calls.
+type lateCalls struct {
+	out   chan result[redisscript.AcquireResult]
+	late  uint64 // nodes not sent to yet
+	w     *waiter
+	timer *time.Timer
+}
+
+// launchEarly sends st's attempt to st.first, and returns what sends the
+// rest.
+func (d *Driver) launchEarly(ctx context.Context, ops lockOps, timeout time.Duration, st *stagger) *lateCalls {
+	all := uint64(1)<<len(d.nodes) - 1
+	l := &lateCalls{out: make(chan result[redisscript.AcquireResult], len(d.nodes)), late: all &^ st.first, w: st.w}
+	fanoutInto(d, ctx, timeout, nodesOf(st.first), ops.acquire, l.out)
+	l.timer = time.NewTimer(timeout)
+	return l
+}
+
+// next returns the next node's answer, sending to the late nodes as they
+// become free (or all of them once a quorum was sent to, or the node
+// timeout passed, or ctx ended).
+func (l *lateCalls) next(d *Driver, ctx context.Context, ops lockOps, timeout time.Duration) result[redisscript.AcquireResult] {
+	for l.late != 0 {
+		select {
+		case r := <-l.out:
+			return r
+		case <-l.w.sig:
+			m := l.w.nodes.Swap(0) & l.late
+			all := uint64(1)<<len(d.nodes) - 1
+			if sent := all &^ (l.late &^ m); bits.OnesCount64(sent) >= d.quorum {
+				m = l.late
+			}
+			if m != 0 {
+				l.late &^= m
+				fanoutInto(d, ctx, timeout, nodesOf(m), ops.acquire, l.out)
+			}
+		case <-l.timer.C:
+			l.launchRest(d, ctx, ops, timeout)
+		case <-ctx.Done():
+			l.launchRest(d, ctx, ops, timeout)
+		}
+	}
+	l.timer.Stop()
+	return <-l.out
+}
+
+// launchRest sends to every node not sent to yet.
+func (l *lateCalls) launchRest(d *Driver, ctx context.Context, ops lockOps, timeout time.Duration) {
+	if l.late != 0 {
+		fanoutInto(d, ctx, timeout, nodesOf(l.late), ops.acquire, l.out)
+		l.late = 0
+	}
+	l.timer.Stop()
+}
+
+// nodesOf lists the nodes whose bits are set in m.
+func nodesOf(m uint64) []int {
+	var which []int
+	for m != 0 {
+		i := bits.TrailingZeros64(m)
+		which = append(which, i)
+		m &^= 1 << i
+	}
+	return which
 }
 
 // settle sets h.settled to a channel closed (and then dropped) once the

@@ -37,6 +37,7 @@ func (d *Driver) SupportsKind(k driver.Kind) bool {
 // release serve every kind.
 type lockOps struct {
 	keys redisscript.Keys      // a mutex's keys (Exclusive)
+	ref  *redisscript.Ref      // the same, in the compact form a grant keeps (nil for a kind)
 	kind *redisscript.KindKeys // a kind's keys (nil for a mutex)
 	id   string                // the grant's key in the driver's book
 
@@ -56,7 +57,8 @@ type lockOps struct {
 // opsFor returns the operations of req's lock.
 func (d *Driver) opsFor(req driver.AcquireRequest) lockOps {
 	if req.Kind == driver.Exclusive {
-		return d.mutexOps(redisscript.KeysFor(d.prefix, req.Name), req.Owner, req)
+		r := redisscript.RefFor(d.prefix, req.Name)
+		return d.mutexOps(&r, req.Owner, req)
 	}
 	return d.kindOps(redisscript.KindKeysFor(d.prefix, req.Name, req.Kind), req.Owner, req)
 }
@@ -67,10 +69,11 @@ func (d *Driver) opsForLease(l driver.Lease) lockOps {
 	req := driver.AcquireRequest{Name: l.Name, Owner: l.Owner, TTL: l.TTL, LockDelay: l.LockDelay, Kind: l.Kind, Permits: l.Permits}
 	h, _ := l.Handle.(*handle)
 	if l.Kind == driver.Exclusive {
-		if h != nil && h.kind == nil {
-			return d.mutexOps(h.keys, l.Owner, req)
+		if h != nil && h.ref != nil {
+			return d.mutexOps(h.ref, l.Owner, req)
 		}
-		return d.mutexOps(redisscript.KeysFor(d.prefix, l.Name), l.Owner, req)
+		r := redisscript.RefFor(d.prefix, l.Name)
+		return d.mutexOps(&r, l.Owner, req)
 	}
 	if h != nil && h.kind != nil && h.kind.Kind == l.Kind {
 		return d.kindOps(*h.kind, l.Owner, req)
@@ -78,11 +81,15 @@ func (d *Driver) opsForLease(l driver.Lease) lockOps {
 	return d.kindOps(redisscript.KindKeysFor(d.prefix, l.Name, l.Kind), l.Owner, req)
 }
 
-func (d *Driver) mutexOps(k redisscript.Keys, owner string, req driver.AcquireRequest) lockOps {
+// mutexOps are the operations of the mutex whose keys ref holds; a grant's
+// handle and the book of grants keep ref itself (which must not change).
+func (d *Driver) mutexOps(ref *redisscript.Ref, owner string, req driver.AcquireRequest) lockOps {
+	k := ref.Keys()
 	quiet := k
 	quiet.Channel = ""
 	return lockOps{
 		keys: k,
+		ref:  ref,
 		id:   k.Lock,
 		acquire: func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
 			return redisscript.Acquire(ctx, n.client, k, owner, req.TTL, req.LockDelay)
@@ -96,7 +103,7 @@ func (d *Driver) mutexOps(k redisscript.Keys, owner string, req driver.AcquireRe
 			}
 			return redisscript.Release(ctx, n.client, quiet, owner, 0)
 		},
-		book: func(req driver.AcquireRequest, start time.Time) { d.grants.Granted(k, owner, req.TTL, start) },
+		book: func(req driver.AcquireRequest, start time.Time) { d.grants.GrantedRef(ref, owner, req.TTL, start) },
 	}
 }
 

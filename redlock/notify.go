@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -45,8 +46,8 @@ const dedupeWindow = time.Second
 // dedupe lets one release, published on every node, wake the driver's
 // waiters once: it passes the first message per channel and token. A
 // message naming the first queued waiter ("token\nowner") passes from its
-// quorum-th copy on instead: by then a quorum of nodes is free, so the
-// waiter's attempt does not race the release on the others.
+// quorum-th copy on instead; each copy of it is routed to the waiter with
+// the node it came from (see waiter).
 type dedupe struct {
 	mu     sync.Mutex
 	last   map[string]seenMsg
@@ -59,7 +60,11 @@ type seenMsg struct {
 	copies  int
 }
 
-func (dd *dedupe) first(channel, payload string) bool {
+// see reports whether a message passes (the first copy of a message
+// naming nobody, or a quorum-th or later copy of one naming a waiter) and
+// how many copies of it have come so far (this one included), 0 for a
+// repeat of a message naming nobody.
+func (dd *dedupe) see(channel, payload string) (pass bool, copies int) {
 	now := time.Now()
 	dd.mu.Lock()
 	defer dd.mu.Unlock()
@@ -70,11 +75,11 @@ func (dd *dedupe) first(channel, payload string) bool {
 	}
 	if s, ok := dd.last[channel]; ok && s.payload == payload && now.Sub(s.at) < dedupeWindow {
 		if !targeted {
-			return false
+			return false, 0
 		}
 		s.copies++
 		dd.last[channel] = s
-		return s.copies >= dd.quorum
+		return s.copies >= dd.quorum, s.copies
 	}
 	if dd.last == nil {
 		dd.last = map[string]seenMsg{}
@@ -87,7 +92,7 @@ func (dd *dedupe) first(channel, payload string) bool {
 		}
 	}
 	dd.last[channel] = seenMsg{payload: payload, at: now, copies: 1}
-	return !targeted || dd.quorum <= 1
+	return !targeted || dd.quorum <= 1, 1
 }
 
 // listenLinger is how long a channel stays subscribed after its last
@@ -112,18 +117,36 @@ type listeners struct {
 type listener struct {
 	channel string
 	subs    []*redisscript.Sub
-	sig     chan struct{}            // the subscriptions' wake-ups
-	owners  map[string]chan struct{} // the waiters, by owner
-	linger  *time.Timer              // pending unsubscribe (no waiters left)
-	done    chan struct{}            // closed when the listener stops
+	sig     chan struct{}      // the subscriptions' wake-ups
+	owners  map[string]*waiter // the waiters, by owner
+	linger  *time.Timer        // pending unsubscribe (no waiters left)
+	done    chan struct{}      // closed when the listener stops
 }
 
-// listen registers the waiting Lock of owner on channel: sig receives its
+// waiter is one waiting Lock's wake-ups: sig is signalled for each, and
+// nodes has bit i set when node i published a release naming the waiter
+// (node i is then free, and the waiter first in its queue), until the
+// waiter takes the bits (see stagger).
+type waiter struct {
+	sig   chan struct{}
+	nodes atomic.Uint64
+}
+
+func newWaiter() *waiter { return &waiter{sig: make(chan struct{}, 1)} }
+
+func (w *waiter) wake() {
+	select {
+	case w.sig <- struct{}{}:
+	default:
+	}
+}
+
+// listen registers the waiting Lock of owner on channel: w receives its
 // wake-ups. fresh reports whether the channel was not subscribed yet on
 // this driver (the caller must try once more: a release before the
 // subscription took effect is not heard). It fails only when no node
 // could be subscribed or the driver is closing.
-func (d *Driver) listen(ctx context.Context, channel, owner string, sig chan struct{}) (fresh bool, err error) {
+func (d *Driver) listen(ctx context.Context, channel, owner string, w *waiter) (fresh bool, err error) {
 	ls := &d.listeners
 	ls.mu.Lock()
 	if ls.closed {
@@ -135,12 +158,12 @@ func (d *Driver) listen(ctx context.Context, channel, owner string, sig chan str
 			l.linger.Stop()
 			l.linger = nil
 		}
-		l.owners[owner] = sig
+		l.owners[owner] = w
 		ls.mu.Unlock()
 		return false, nil
 	}
 	ls.mu.Unlock()
-	l := &listener{channel: channel, sig: make(chan struct{}, 1), owners: map[string]chan struct{}{owner: sig}, done: make(chan struct{})}
+	l := &listener{channel: channel, sig: make(chan struct{}, 1), owners: map[string]*waiter{owner: w}, done: make(chan struct{})}
 	var firstErr error
 	for _, n := range d.nodes {
 		s, err := n.hub.Subscribe(ctx, channel, l.sig)
@@ -164,7 +187,7 @@ func (d *Driver) listen(ctx context.Context, channel, owner string, sig chan str
 				other.linger.Stop()
 				other.linger = nil
 			}
-			other.owners[owner] = sig
+			other.owners[owner] = w
 		}
 		closed := ls.closed
 		ls.mu.Unlock()
@@ -194,11 +217,8 @@ func (l *listener) forward(ls *listeners) {
 		case <-l.sig:
 		}
 		ls.mu.Lock()
-		for _, sig := range l.owners {
-			select {
-			case sig <- struct{}{}:
-			default:
-			}
+		for _, w := range l.owners {
+			w.wake()
 		}
 		ls.mu.Unlock()
 	}
@@ -234,16 +254,15 @@ func (d *Driver) unlisten(channel, owner string) {
 	})
 }
 
-// route wakes the waiter owner of channel, if it is one of the driver's.
-func (d *Driver) route(channel, owner string) {
+// route tells the waiter owner of channel, if it is one of the driver's,
+// that node published a release naming it, and wakes it.
+func (d *Driver) route(channel, owner string, node int) {
 	ls := &d.listeners
 	ls.mu.Lock()
 	if l := ls.m[channel]; l != nil {
-		if sig := l.owners[owner]; sig != nil {
-			select {
-			case sig <- struct{}{}:
-			default:
-			}
+		if w := l.owners[owner]; w != nil {
+			w.nodes.Or(1 << node)
+			w.wake()
 		}
 	}
 	ls.mu.Unlock()
@@ -265,16 +284,20 @@ func (d *Driver) closeListeners() {
 	ls.mu.Unlock()
 }
 
-// filter is the hubs' message filter: dedupe's verdict, and a release
-// naming a waiter of the driver's is routed to it.
-func (d *Driver) filter(channel, payload string) bool {
-	if !d.seen.first(channel, payload) {
-		return false
+// filterAt is the message filter of node's hub: dedupe's verdict, and
+// every copy of a release naming a waiter of the driver's is routed to it
+// with the node it came from.
+func (d *Driver) filterAt(node int) func(channel, payload string) bool {
+	return func(channel, payload string) bool {
+		pass, copies := d.seen.see(channel, payload)
+		if copies == 0 {
+			return false
+		}
+		if i := strings.IndexByte(payload, '\n'); i >= 0 {
+			d.route(channel, payload[i+1:], node)
+		}
+		return pass
 	}
-	if i := strings.IndexByte(payload, '\n'); i >= 0 {
-		d.route(channel, payload[i+1:])
-	}
-	return true
 }
 
 // listened reports whether the driver listens on channel already.

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"testing"
@@ -267,4 +271,76 @@ func BenchmarkBreakdown3(b *testing.B) {
 			b.ReportMetric(float64(md)/float64(f), n+"/floor")
 		}
 	}
+}
+
+// BenchmarkHeapPerLease holds b.N locks (at least 1000; the goal is
+// measured at -benchtime=10000x) of distinct names on one driver over 3
+// nodes, through a dlock Client (client) and as bare driver grants
+// (driver), each taken with a plain context, and reports the heap they
+// keep alive per held lock (B/lease; the whole process, after a GC). Run
+// it with -memprofile and -memprofilerate=1 to see what stays alive.
+func BenchmarkHeapPerLease(b *testing.B) {
+	srvs := testserver.RedisN(b, 3, nil)
+	ctx := context.Background()
+	run := func(b *testing.B, take func(name string) (release func())) {
+		n := max(b.N, 1000)
+		prefix := fmt.Sprintf("bench-heap-%d", time.Now().UnixNano())
+		rels := make([]func(), 0, n)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.ResetTimer()
+		for i := range n {
+			rels = append(rels, take(fmt.Sprintf("%s-held-%d", prefix, i)))
+		}
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "B/lease")
+		if f := os.Getenv("REDLOCK_HEAP_PROFILE"); f != "" {
+			w, err := os.Create(f + "." + path.Base(b.Name()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_ = pprof.WriteHeapProfile(w)
+			w.Close()
+		}
+		for _, rel := range rels {
+			rel()
+		}
+	}
+	b.Run("client", func(b *testing.B) {
+		c := perfClient(b, srvs)
+		run(b, func(name string) func() {
+			l, err := c.NewMutex(name, &dlock.MutexOptions{TTL: 30 * time.Second}).Lock(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func() {
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("driver", func(b *testing.B) {
+		d, err := openTest(ctx, redlockURL(srvs, ""))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer d.Close()
+		run(b, func(name string) func() {
+			req := driver.AcquireRequest{Name: name, Owner: "owner", TTL: 30 * time.Second}
+			g, err := d.Acquire(ctx, req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return func() {
+				l := driver.Lease{Name: name, Owner: "owner", TTL: req.TTL, Token: g.Token, Handle: g.Handle}
+				if _, err := d.Release(ctx, l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
 }

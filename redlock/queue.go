@@ -26,7 +26,8 @@ const queueWait = 3 * time.Second
 // renews its entry) in the same call; an attempt that got only a minority
 // puts the waiter back in the queue of the nodes it released, at its
 // place. A release publishes the first waiter's owner on every node, which
-// wakes that waiter only (at the quorum-th copy); it then tries again. A
+// wakes that waiter only; it then tries again, on each node as soon as
+// that node's release names it (see stagger). A
 // waiter tries again (renewing its entries) at least every queueWait/3,
 // and when the holder's lease would have run out.
 //
@@ -43,10 +44,11 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		return d.acquireKind(ctx, req)
 	}
 	k := redisscript.KeysFor(d.prefix, req.Name)
-	sig := make(chan struct{}, 1)
+	w := newWaiter()
 	var (
 		score     int64 // not zero once the waiter queues
 		listening bool
+		named     uint64 // nodes that published a release naming the waiter
 	)
 	defer func() {
 		if listening {
@@ -56,14 +58,18 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	if d.listened(k.Channel) {
 		// Waiters of this lock are around (or were, a moment ago): queue
 		// at once, already listening.
-		if _, err := d.listen(ctx, k.Channel, req.Owner, sig); err == nil {
+		if _, err := d.listen(ctx, k.Channel, req.Owner, w); err == nil {
 			listening = true
 			score = time.Now().UnixMilli()
 		}
 	}
 	for {
 		sent := time.Now()
-		g, err := d.tryAcquire(ctx, req, score)
+		var st *stagger
+		if named != 0 {
+			st = &stagger{first: named, w: w}
+		}
+		g, err := d.tryAcquire(ctx, req, score, st)
 		if err == nil {
 			if g.Sent.IsZero() {
 				g.Sent = sent
@@ -76,7 +82,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			return driver.Grant{}, err
 		}
 		if !listening {
-			fresh, err := d.listen(ctx, k.Channel, req.Owner, sig)
+			fresh, err := d.listen(ctx, k.Channel, req.Owner, w)
 			if err == nil {
 				listening = true
 			}
@@ -98,10 +104,11 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			t.Stop()
 			d.leaveAll(ctx, k, req, score)
 			return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", ctx.Err())
-		case <-sig:
+		case <-w.sig:
 			t.Stop()
 		case <-t.C:
 		}
+		named = w.nodes.Swap(0)
 	}
 }
 

@@ -198,7 +198,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 				return nil, openurl.Invalid("clients", "redlock: client %d is given twice", i)
 			}
 		}
-		d.nodes = append(d.nodes, &node{client: c, hub: redisscript.NewHub(c, d.filter)})
+		d.nodes = append(d.nodes, &node{client: c, hub: redisscript.NewHub(c, d.filterAt(i))})
 	}
 	return d, nil
 }
@@ -221,8 +221,12 @@ var errClosed = fmt.Errorf("redlock: %w", dlock.ErrClosed)
 
 // handle is the driver's Grant.Handle.
 type handle struct {
-	keys redisscript.Keys      // a mutex's keys
-	kind *redisscript.KindKeys // a read or write grant's keys (nil for a mutex)
+	// ref holds a mutex's keys in one string, shared with the driver's
+	// book of grants (nil for a read or write grant); kind holds a read
+	// or write grant's keys (nil for a mutex). A held lease keeps this
+	// handle, so it is kept small.
+	ref  *redisscript.Ref
+	kind *redisscript.KindKeys
 	// settled is closed once every node has answered the acquire (or
 	// given up): a release sent before then could reach a slow node ahead
 	// of its acquire, which would then grant there after the release and

@@ -2,11 +2,13 @@ package redlock
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // TestUndoKeepsWaiterQueued: a queued waiter's attempt that a node grants
@@ -32,7 +34,7 @@ func TestUndoKeepsWaiterQueued(t *testing.T) {
 	}
 	score := time.Now().UnixMilli()
 	req := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second}
-	_, err = d.tryAcquire(ctx, req, score)
+	_, err = d.tryAcquire(ctx, req, score, nil)
 	var le *driver.LockedError
 	if !errors.As(err, &le) {
 		t.Fatalf("tryAcquire = %v, want a LockedError", err)
@@ -46,5 +48,79 @@ func TestUndoKeepsWaiterQueued(t *testing.T) {
 	}
 	if n, _ := admins[0].Exists(ctx, k.Lock).Result(); n != 0 {
 		t.Errorf("node 0 still holds the undone grant")
+	}
+}
+
+// TestStaggeredWake: a queued waiter sends its acquire to a node as soon
+// as that node's release names it, rather than to every node once a
+// quorum of releases has: with the holder's release done on node 0 only,
+// the waiter holds node 0 at once (the old code woke it only at the
+// quorum-th release and left node 0 free until then); the release on a
+// second node completes its grant.
+func TestStaggeredWake(t *testing.T) {
+	srvs, admins, _ := safetyEnv(t)
+	ctx := ctxT(t, 20*time.Second)
+	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=2s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const name = "staggered"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	for i, a := range admins {
+		if r, err := redisscript.Acquire(ctx, a, k, "holder", 10*time.Second, 0); err != nil || !r.Granted {
+			t.Fatalf("holder on node %d: %+v, %v", i, r, err)
+		}
+	}
+	req := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second}
+	type res struct {
+		g   driver.Grant
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		g, err := d.Acquire(ctx, req)
+		done <- res{g, err}
+	}()
+	q := k.Lock + ":q"
+	testwait.Until(t, 5*time.Second, "the waiter queued on every node", func() bool {
+		for _, a := range admins {
+			if _, err := a.ZScore(ctx, q, "waiter").Result(); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	holds := func(i int) bool {
+		v, err := admins[i].Get(ctx, k.Lock).Result()
+		return err == nil && strings.HasSuffix(v, "\nwaiter")
+	}
+	if _, held, err := redisscript.Release(ctx, admins[0], k, "holder", 0); err != nil || !held {
+		t.Fatalf("release on node 0: %v, %v", held, err)
+	}
+	testwait.Until(t, 400*time.Millisecond, "node 0 granted to the waiter its release named", func() bool { return holds(0) })
+	select {
+	case r := <-done:
+		t.Fatalf("Acquire returned with one node free: %+v, %v", r.g, r.err)
+	default:
+	}
+	if _, held, err := redisscript.Release(ctx, admins[1], k, "holder", 0); err != nil || !held {
+		t.Fatalf("release on node 1: %v, %v", held, err)
+	}
+	var r res
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("no grant after the releases on nodes 0 and 1")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !holds(0) || !holds(1) {
+		t.Fatal("the grant does not hold nodes 0 and 1")
+	}
+	_, _, _ = redisscript.Release(ctx, admins[2], k, "holder", 0)
+	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "waiter", TTL: req.TTL, Token: r.g.Token, Handle: r.g.Handle}); err != nil {
+		t.Fatal(err)
 	}
 }

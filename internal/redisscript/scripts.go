@@ -97,8 +97,9 @@ end
 // refused caller that waits (ARGV[4] > 0) is queued, or its entry's
 // deadline renewed; a granted one leaves the queue.
 //
-// Returns {1, count, fence} on a grant, {0, pttl, fence, owner, 0} on a
-// refusal by a holder, {0, 0, 0, "", 2} on a refusal because another waiter
+// Returns the fence, one integer, on a new grant (hold count 1), {1,
+// count, fence} on a re-entry, {0, pttl, fence, owner, 0} on a refusal by
+// a holder, {0, 0, 0, "", 2} on a refusal because another waiter
 // is first in the queue, and {0, pttl, 0, "", 1} when a key dlock did not
 // write (any type) is at the lock key, or at the fence counter of a lock
 // that is not held: such a key is a lock held by an unknown owner until it
@@ -117,9 +118,8 @@ if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
     if type(n) == 'number' then redis.call('DECR', KEYS[2]) end
     return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
   end
-  local fence = string.format('%.0f', n)
-  redis.call('SET', KEYS[1], '1\n' .. fence .. ne .. '\n' .. ARGV[1], 'PX', px)
-  return {1, 1, fence}
+  redis.call('SET', KEYS[1], '1\n' .. string.format('%.0f', n) .. ne .. '\n' .. ARGV[1], 'PX', px)
+  return n
 end
 local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
@@ -174,9 +174,8 @@ else
       redis.call('ZREM', KEYS[3], owner)
       redis.call('HDEL', KEYS[4], owner)
     end
-    local fence = string.format('%.0f', n)
-    redis.call('SET', KEYS[1], '1\n' .. fence .. '\n' .. ne .. '\n' .. nd .. '\n' .. owner, 'PX', ttl + delay)
-    return {1, 1, fence}
+    redis.call('SET', KEYS[1], '1\n' .. string.format('%.0f', n) .. '\n' .. ne .. '\n' .. nd .. '\n' .. owner, 'PX', ttl + delay)
+    return n
   end
 end
 if wait > 0 then
@@ -207,19 +206,27 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0}
 // lock-delay) and publishes on the release channel: the grant's token, or,
 // when waiters are queued, the token, a newline and the owner of the first
 // live one (entries past their deadline at the head are dropped first), so
-// that only that waiter is woken.
+// that only that waiter is woken. The common value (one hold, no
+// lock-delay) is recognised by comparing it whole with the one the owner
+// and token make, without parsing it.
 var releaseSrc = clock + `
 local v = redis.pcall('GET', KEYS[1])
-if type(v) ~= 'string' then return -1 end
-local c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
-if not c or o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or (e ~= '' and tonumber(e) <= now()) then
-  return -1
-end
-local count = tonumber(c) - 1
-if count > 0 then
-  local pttl = redis.call('PTTL', KEYS[1])
-  redis.call('SET', KEYS[1], string.format('%.0f', count) .. '\n' .. f .. '\n' .. e .. '\n' .. d .. '\n' .. o, 'PX', math.max(pttl, 1))
-  return count
+local f = ARGV[2]
+if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
+  -- Not the common case (the one hold of a grant without lock-delay,
+  -- whose key exists only while its lease is live): parse the value.
+  if type(v) ~= 'string' then return -1 end
+  local c, e, d, o
+  c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
+  if not c or o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or (e ~= '' and tonumber(e) <= now()) then
+    return -1
+  end
+  local count = tonumber(c) - 1
+  if count > 0 then
+    local pttl = redis.call('PTTL', KEYS[1])
+    redis.call('SET', KEYS[1], string.format('%.0f', count) .. '\n' .. f .. '\n' .. e .. '\n' .. d .. '\n' .. o, 'PX', math.max(pttl, 1))
+    return count
+  end
 end
 local msg = f
 if ARGV[3] ~= '' then
@@ -410,11 +417,7 @@ func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, 
 	if wait > 0 {
 		w = Millis(wait)
 	}
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), w, k.Channel).Slice()
-	if err != nil {
-		return AcquireResult{}, err
-	}
-	return parseAcquire(v)
+	return runAcquire(acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), w, k.Channel))
 }
 
 // AcquireAtScore is AcquireQueued for a waiter whose queue score the
@@ -422,11 +425,28 @@ func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, 
 // of the server's time: Redlock queues a waiter at one score on every node,
 // so that all nodes order its waiters alike and grant to the same first one.
 func AcquireAtScore(ctx context.Context, c redis.Scripter, k Keys, owner string, ttl, delay, wait time.Duration, score int64) (AcquireResult, error) {
-	v, err := acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score).Slice()
+	return runAcquire(acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score))
+}
+
+// runAcquire reads the acquire script's reply: one integer, the token of
+// a new grant (hold count 1; an integer reply is cheaper for the server to
+// write and for go-redis to read than an array), or an array (see
+// parseAcquire).
+func runAcquire(cmd *redis.Cmd) (AcquireResult, error) {
+	v, err := cmd.Result()
 	if err != nil {
 		return AcquireResult{}, err
 	}
-	return parseAcquire(v)
+	switch x := v.(type) {
+	case int64:
+		if x < 1 {
+			return AcquireResult{}, fmt.Errorf("unexpected reply from acquire script: %d", x)
+		}
+		return AcquireResult{Granted: true, Count: 1, Fence: uint64(x)}, nil
+	case []any:
+		return parseAcquire(x)
+	}
+	return AcquireResult{}, fmt.Errorf("unexpected reply from acquire script: %T", v)
 }
 
 func parseAcquire(v []any) (AcquireResult, error) {
@@ -478,7 +498,7 @@ func parseAcquire(v []any) (AcquireResult, error) {
 // unless zero) did not hold the lock; remaining is then meaningless. With
 // k.Channel empty nothing is published.
 func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token uint64) (remaining int, held bool, err error) {
-	n, err := releaseScript.Run(ctx, c, k.releaseKeys(), owner, strconv.FormatUint(token, 10), k.Channel).Int64()
+	n, err := releaseScript.Run(ctx, c, k.releaseKeys(), owner, token, k.Channel).Int64()
 	if err != nil {
 		return 0, false, err
 	}

@@ -2,6 +2,8 @@ package redisscript
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,4 +141,81 @@ func BenchmarkScriptCPU(b *testing.B) {
 	b.ReportMetric((med(na)+med(nr))/(med(oa)+med(or)), "new/old")
 	// The fastest phase is the one least disturbed by other processes.
 	b.ReportMetric((na[0]+nr[0])/(oa[0]+or[0]), "min-new/old")
+}
+
+// BenchmarkPairServerTime measures the Redis server's time for one
+// uncontended Lock+Unlock of one name, taken and freed again and again as a
+// caller does (INFO commandstats: the usec of evalsha, set and friends
+// together, divided by the pairs), against the raw floor's (SET NX PX and a
+// scripted compare-and-delete), in alternating phases on one server.
+// Metrics: pair-µs, floor-µs (medians over the phases) and pair/floor.
+func BenchmarkPairServerTime(b *testing.B) {
+	srv := testserver.Redis(b, nil)
+	ctx := context.Background()
+	opt, _ := redis.ParseURL(srv.URL())
+	c := redis.NewClient(opt)
+	defer c.Close()
+	total := func() float64 {
+		s, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sum float64
+		for _, line := range strings.Split(s, "\n") {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+			if !ok || strings.HasPrefix(rest, "info:") || strings.HasPrefix(rest, "config|") {
+				continue
+			}
+			if strings.HasPrefix(rest, "eval") || strings.HasPrefix(rest, "fcall") || strings.HasPrefix(rest, "set:") {
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						x, _ := strconv.ParseFloat(v, 64)
+						sum += x
+					}
+				}
+			}
+		}
+		return sum
+	}
+	cad := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	k := KeysFor(DefaultPrefix, "pair")
+	const pairs = 2000
+	phase := func(pair func() error) float64 {
+		_ = c.ConfigResetStat(ctx).Err()
+		for range pairs {
+			if err := pair(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return total() / pairs
+	}
+	dlockPair := func() error {
+		r, err := Acquire(ctx, c, k, "owner-1", time.Minute, 0)
+		if err != nil || !r.Granted {
+			return fmt.Errorf("acquire: %v %+v", err, r)
+		}
+		_, held, err := Release(ctx, c, k, "owner-1", r.Fence)
+		if err == nil && !held {
+			err = errors.New("release: not held")
+		}
+		return err
+	}
+	floorPair := func() error {
+		if err := c.SetNX(ctx, "floor", "owner-1", time.Minute).Err(); err != nil {
+			return err
+		}
+		return cad.Run(ctx, c, []string{"floor"}, "owner-1").Err()
+	}
+	_ = phase(dlockPair)
+	_ = phase(floorPair)
+	var dp, fp []float64
+	b.ResetTimer()
+	for range max(b.N, 5) {
+		dp = append(dp, phase(dlockPair))
+		fp = append(fp, phase(floorPair))
+	}
+	med := func(xs []float64) float64 { sort.Float64s(xs); return xs[len(xs)/2] }
+	b.ReportMetric(med(dp), "pair-µs")
+	b.ReportMetric(med(fp), "floor-µs")
+	b.ReportMetric(med(dp)/med(fp), "pair/floor")
 }

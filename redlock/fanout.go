@@ -100,7 +100,7 @@ func (d *Driver) launchEarly(ctx context.Context, ops lockOps, timeout time.Dura
 
 // next returns the next node's answer, sending to the late nodes as they
 // become free (or all of them once a quorum was sent to, or the node
-// timeout passed, or ctx ended).
+// timeout passed, or ctx ended, or Close began).
 func (l *lateCalls) next(d *Driver, ctx context.Context, ops lockOps, timeout time.Duration) result[redisscript.AcquireResult] {
 	for l.late != 0 {
 		select {
@@ -119,6 +119,8 @@ func (l *lateCalls) next(d *Driver, ctx context.Context, ops lockOps, timeout ti
 		case <-l.timer.C:
 			l.launchRest(d, ctx, ops, timeout)
 		case <-ctx.Done():
+			l.launchRest(d, ctx, ops, timeout)
+		case <-d.closing:
 			l.launchRest(d, ctx, ops, timeout)
 		}
 	}

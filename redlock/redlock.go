@@ -143,6 +143,7 @@ type Driver struct {
 	grants    redisscript.Grants // granted and not released: Close releases them
 	seen      dedupe             // release messages already delivered
 	listeners listeners          // the channels waiting Locks listen on
+	closing   chan struct{}      // closed when Close begins
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -175,7 +176,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, openurl.Invalid("clients", "redlock: no clients")
 	}
-	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix}
+	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{})}
 	d.seen.quorum = d.quorum
 	if o != nil {
 		if o.KeyPrefix != "" {
@@ -261,6 +262,7 @@ func (d *Driver) Limits() driver.Limits {
 // idempotent.
 func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
+		close(d.closing) // a staggered attempt sends to its late nodes now
 		d.gate.Stop()
 		d.closeListeners()
 		clients := make([]redis.UniversalClient, len(d.nodes))

@@ -25,6 +25,10 @@ func init() {
 	dlock.Register(Scheme, OpenURL)
 }
 
+// connBuffer is the read and write buffer size of each connection of the
+// clients OpenURL makes.
+const connBuffer = 4 << 10
+
 // OpenURL opens a driver for redlock://[user:password@]h1:port,h2:port,…[/db][?…]
 // over go-redis clients of its own, one per node, which Close closes.
 // Parameters key_prefix and node_timeout set Options; tls=true connects
@@ -33,8 +37,8 @@ func init() {
 // server_name (the name to verify instead of each node's host), which
 // therefore never connect in plaintext; every other parameter goes to go-redis for each
 // node, which refuses unknown ones by name. Each client gets
-// ContextTimeoutEnabled, one dial per attempt and, unless max_retries is
-// given, no retries. A malformed URL or a bad value is refused with an error
+// ContextTimeoutEnabled, one dial per attempt, 4 KiB read and write
+// buffers per connection and, unless max_retries is given, no retries. A malformed URL or a bad value is refused with an error
 // wrapping driver.ErrInvalid; fewer than a quorum of nodes answering PING
 // fails the open. No error carries the URL's password.
 func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
@@ -139,6 +143,10 @@ func parseURL(u *url.URL) ([]*redis.Options, *Options, error) {
 			opt.MaxRetries = -1
 		}
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		// A lock's commands and replies are small: 4 KiB buffers rather
+		// than go-redis's 32 KiB ones (a renewal batch is written and read
+		// through them in pieces).
+		opt.ReadBufferSize, opt.WriteBufferSize = connBuffer, connBuffer
 		opts = append(opts, opt)
 	}
 	return opts, o, nil

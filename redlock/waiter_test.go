@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testwait"
@@ -122,5 +123,63 @@ func TestStaggeredWake(t *testing.T) {
 	_, _, _ = redisscript.Release(ctx, admins[2], k, "holder", 0)
 	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "waiter", TTL: req.TTL, Token: r.g.Token, Handle: r.g.Handle}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCloseDuringStaggeredAttempt: Close does not wait out the node
+// timeout of a waiter that sent its acquire to the one node whose release
+// named it and waits for the others: the attempt sends to the rest at once
+// (refused there, undone), and Acquire fails with dlock.ErrClosed.
+func TestCloseDuringStaggeredAttempt(t *testing.T) {
+	srvs, admins, _ := safetyEnv(t)
+	ctx := ctxT(t, 20*time.Second)
+	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=5s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const name = "staggered-close"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	for i, a := range admins {
+		if r, err := redisscript.Acquire(ctx, a, k, "holder", 10*time.Second, 0); err != nil || !r.Granted {
+			t.Fatalf("holder on node %d: %+v, %v", i, r, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second})
+		done <- err
+	}()
+	q := k.Lock + ":q"
+	testwait.Until(t, 5*time.Second, "the waiter queued on every node", func() bool {
+		for _, a := range admins {
+			if _, err := a.ZScore(ctx, q, "waiter").Result(); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	if _, held, err := redisscript.Release(ctx, admins[0], k, "holder", 0); err != nil || !held {
+		t.Fatalf("release on node 0: %v, %v", held, err)
+	}
+	testwait.Until(t, 2*time.Second, "node 0 granted to the waiter", func() bool {
+		v, err := admins[0].Get(ctx, k.Lock).Result()
+		return err == nil && strings.HasSuffix(v, "\nwaiter")
+	})
+	start := time.Now()
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Close took %v, waiting out the staggered attempt's node timeout", took)
+	}
+	if err := <-done; !errors.Is(err, dlock.ErrClosed) {
+		t.Errorf("Acquire = %v, want dlock.ErrClosed", err)
+	}
+	if n, _ := admins[0].Exists(ctx, k.Lock).Result(); n != 0 {
+		t.Errorf("node 0 still holds the undone grant after Close")
+	}
+	for _, a := range admins[1:] {
+		_, _, _ = redisscript.Release(ctx, a, k, "holder", 0)
 	}
 }

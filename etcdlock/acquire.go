@@ -120,8 +120,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	h := &handle{name: req.Name, slot: sess.takeSlot(req.Name), sess: sess}
-	h.key = d.slotKey(req.Name, sess.id, h.slot)
+	h := d.newHandle(driver.Exclusive, req.Name, sess)
 	pfx := d.queuePrefix(req.Name)
 	guard := d.guardKey(req.Name)
 	resp, sent, err := commitRefreshed(sess, d.cli.Txn(ctx).
@@ -323,7 +322,7 @@ func (d *Driver) waitDelete(ctx context.Context, sess *session, key string, crea
 // path never leaves a live key blocking the queue.
 func (d *Driver) discard(h *handle, rev int64) {
 	if d.tryDiscard(h.key, rev) == nil {
-		h.sess.freeSlot(h.slotName(), h.slot)
+		h.sess.freeSlot(h)
 		return
 	}
 	d.bg.Go(func() {
@@ -338,7 +337,7 @@ func (d *Driver) discard(h *handle, rev int64) {
 				return // the key went with the lease, and its slots with it
 			}
 			if d.tryDiscard(h.key, rev) == nil {
-				h.sess.freeSlot(h.slotName(), h.slot)
+				h.sess.freeSlot(h)
 				return
 			}
 			delay = min(2*delay, 2*time.Second)

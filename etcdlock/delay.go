@@ -45,9 +45,9 @@ func (d *Driver) guardKey(name string) string {
 // guard of h's own key for the other kinds (see kinds.go).
 func (d *Driver) guardOf(h *handle) string {
 	if h.kind == driver.Exclusive {
-		return d.guardKey(h.name)
+		return d.guardKey(h.name())
 	}
-	base, guards := d.kindBase(h.kind, h.name)
+	base, guards := d.kindBase(h.kind, h.name())
 	return guards + h.key[len(base):]
 }
 
@@ -101,7 +101,6 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 	}
 	// Set first: a release must delete the guard even if this write's reply
 	// is lost.
-	h.guarded.Store(true)
 	h.delay.Store(int64(delay))
 	resp, err := d.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).

@@ -12,7 +12,7 @@
 // first use of that TTL and kept alive by one keepalive loop per lease (see
 // "Keepalives" below). Every lock the driver takes is a key
 //
-//	<prefix><name>/<lease ID in hex>-<slot number in 16 hex digits>
+//	<prefix><name>/<lease ID in hex>-<slot number in hex>
 //
 // bound to the lease of the lock's TTL and put, only if absent, in a
 // transaction that also reads the key with the lowest create revision under
@@ -127,6 +127,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,32 +201,54 @@ var (
 
 // handle is the Grant.Handle of this driver.
 //
-// The driver keeps one per held grant, so it is kept small (96 bytes): what
-// can be derived from its fields is (its slot's name: slotName; its lock-
-// delay guard key: Driver.guardOf).
+// The driver keeps one per held grant, so it is kept small (80 bytes, a
+// size class; TestHandleSize): what can be derived from its fields is (its
+// lock name: name, a part of its key; its slot's name: slotName; its lock-
+// delay guard key: Driver.guardOf; whether it wrote a guard: delay > 0).
 type handle struct {
 	key   string
-	name  string
 	sess  *session
-	slot  uint64       // the key's slot (see slots.go)
+	next  *handle      // the next handle of the same slot name on sess (see slots.go); guarded by sess.mu
 	rev   int64        // the key's create revision
 	token int64        // the grant's token: rev, or the revision of the write that marked a waited grant (see touch)
-	delay atomic.Int64 // the lock-delay of the last guard written, a time.Duration
+	delay atomic.Int64 // the lock-delay of the guard written, a time.Duration; 0: no guard was written
 
 	confirmed sessionlock.Stamp // send time of the last request that proved the grant (see reap.go)
 
-	guarded atomic.Bool // a lock-delay guard of this grant was written
+	slot    uint32 // the key's slot (see slots.go)
+	pending int32  // plain deletes of the key sent by Release and not answered; guarded by sess.mu
+	nameEnd uint32 // the lock name is key[len(prefix):nameEnd]
 	kind    driver.Kind
 
 	// Guarded by sess.mu (see slots.go):
-	pending int32 // plain deletes of the key sent by Release and not answered
-	stale   bool  // a plain delete of the key has an unknown outcome
-	freed   bool  // the key's slot was freed
+	stale bool // a plain delete of the key has an unknown outcome
+	freed bool // the key's slot was freed
+	held  bool // a grant returned and not yet released (see reap.go)
 }
+
+// newHandle returns the handle of a new key of kind k for name on sess, at
+// the lowest slot of that name on sess not in use (see slots.go), which it
+// takes.
+func (d *Driver) newHandle(k driver.Kind, name string, sess *session) *handle {
+	h := &handle{kind: k, sess: sess, nameEnd: uint32(len(d.prefix) + len(name))}
+	sess.takeSlot(name, h, func(n uint32) string {
+		if k == driver.Exclusive {
+			return d.slotKey(name, sess.id, n)
+		}
+		return d.kindKey(k, name, sess.id, n)
+	})
+	return h
+}
+
+// name is the lock name of h.
+func (h *handle) name() string { return h.key[h.sess.prefixLen:h.nameEnd] }
+
+// guarded reports whether a lock-delay guard of h was written.
+func (h *handle) guarded() bool { return h.delay.Load() > 0 }
 
 // slotName is the name h's slot is recorded under (see slots.go):
 // sessionlock.HoldName(kind, name).
-func (h *handle) slotName() string { return sessionlock.HoldName(h.kind, h.name) }
+func (h *handle) slotName() string { return sessionlock.HoldName(h.kind, h.name()) }
 
 // New returns a driver over cli. The driver does not close cli: Close stops
 // only what the driver started (its lease keepalive) and revokes its lease.
@@ -277,8 +301,25 @@ func inQueue(pfx string, key []byte) bool {
 }
 
 // slotKey is the queue key of slot n of name under lease id.
-func (d *Driver) slotKey(name string, id clientv3.LeaseID, n uint64) string {
-	return fmt.Sprintf("%s%x-%016x", d.queuePrefix(name), int64(id), n)
+func (d *Driver) slotKey(name string, id clientv3.LeaseID, n uint32) string {
+	return leaseKey(d.prefix, name, "/", "", id, n)
+}
+
+// leaseKey is the key a+b+c+e+"<id in hex>-<n in hex>", made in one
+// allocation of its length.
+func leaseKey(a, b, c, e string, id clientv3.LeaseID, n uint32) string {
+	var num [32]byte
+	tail := strconv.AppendInt(num[:0], int64(id), 16)
+	tail = append(tail, '-')
+	tail = strconv.AppendUint(tail, uint64(n), 16)
+	var sb strings.Builder
+	sb.Grow(len(a) + len(b) + len(c) + len(e) + len(tail))
+	sb.WriteString(a)
+	sb.WriteString(b)
+	sb.WriteString(c)
+	sb.WriteString(e)
+	sb.Write(tail)
+	return sb.String()
 }
 
 // Limits implements driver.Limiter: etcd lease TTLs are whole seconds.

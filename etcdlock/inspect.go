@@ -18,9 +18,10 @@ import (
 var _ driver.Inspector = (*Driver)(nil)
 
 // queueKey matches the last segment of a queue key: a lease ID in hex, with
-// the slot number dlock adds (concurrency.Mutex and etcdctl use the lease ID
-// alone; dlock before slots added 16 random hex digits).
-var queueKey = regexp.MustCompile(`^[0-9a-f]{1,16}(-[0-9a-f]{16})?$`)
+// the slot number in hex dlock adds (concurrency.Mutex and etcdctl use the
+// lease ID alone; dlock before slots added 16 random hex digits, and wrote
+// the slot number with 16 digits until it was shortened to save memory).
+var queueKey = regexp.MustCompile(`^[0-9a-f]{1,16}(-[0-9a-f]{1,16})?$`)
 
 // Inspect implements driver.Inspector: it reads every queue key under the
 // driver's prefix whose lock name starts with prefix, in one range read. For

@@ -98,17 +98,18 @@ func (d *Driver) kindBase(k driver.Kind, name string) (base, guards string) {
 	return n + rwMark, n + rwDelayMark
 }
 
-// kindKeys names the key of h (of kind h.kind, at h.slot of lease id).
-func (d *Driver) kindKeys(h *handle, id clientv3.LeaseID) {
-	base, _ := d.kindBase(h.kind, h.name)
-	rel := fmt.Sprintf("%x-%016x", int64(id), h.slot)
-	switch h.kind {
+// kindKey is the key of kind k of name at slot n of lease id.
+func (d *Driver) kindKey(k driver.Kind, name string, id clientv3.LeaseID, n uint32) string {
+	mark, side := rwMark, ""
+	switch k {
 	case driver.Read:
-		rel = "r/" + rel
+		side = "r/"
 	case driver.Write:
-		rel = "w/" + rel
+		side = "w/"
+	case driver.Permit:
+		mark = semMark
 	}
-	h.key = base + rel
+	return leaseKey(d.prefix, name, mark, side, id, n)
 }
 
 // semValue is the value of a permit key: the semaphore's size and the owner.
@@ -130,7 +131,7 @@ func parseSemValue(v []byte) (permits int, owner string, ok bool) {
 // lookOps are the reads that decide whether h may be granted: see decide.
 // maxRev, when not zero, restricts the queue reads to keys older than h's.
 func (d *Driver) lookOps(h *handle, permits int, maxRev int64) []clientv3.Op {
-	base, guards := d.kindBase(h.kind, h.name)
+	base, guards := d.kindBase(h.kind, h.name())
 	older := func(opts ...clientv3.OpOption) []clientv3.OpOption {
 		if maxRev > 0 {
 			opts = append(opts, clientv3.WithMaxCreateRev(maxRev))
@@ -202,7 +203,7 @@ func (d *Driver) decide(h *handle, permits int, rs []*etcdserverpb.ResponseOp) (
 	}
 	if head := kvs(0); len(head) > 0 && string(head[0].Key) != h.key {
 		if n, _, ok := parseSemValue(head[0].Value); ok && n != permits {
-			return nil, fmt.Errorf("etcdlock: semaphore %q has %d permits, not %d (its size is set by its first holder or waiter while any remains): %w", h.name, n, permits, driver.ErrInvalid)
+			return nil, fmt.Errorf("etcdlock: semaphore %q has %d permits, not %d (its size is set by its first holder or waiter while any remains): %w", h.name(), n, permits, driver.ErrInvalid)
 		}
 	}
 	var before []*mvccpb.KeyValue // newest first
@@ -230,7 +231,7 @@ func (d *Driver) decide(h *handle, permits int, rs []*etcdserverpb.ResponseOp) (
 	case taken > permits && len(before) > 0:
 		return &blocker{key: string(before[0].Key), rev: before[0].CreateRevision}, nil
 	}
-	base, guards := d.kindBase(h.kind, h.name)
+	base, guards := d.kindBase(h.kind, h.name())
 	return &blocker{prefixes: []string{base, guards}}, nil
 }
 
@@ -248,9 +249,7 @@ func (d *Driver) enqueueKind(ctx context.Context, req driver.AcquireRequest, wai
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	h := &handle{name: req.Name, kind: req.Kind, sess: sess}
-	h.slot = sess.takeSlot(h.slotName())
-	d.kindKeys(h, sess.id)
+	h := d.newHandle(req.Kind, req.Name, sess)
 	value := req.Owner
 	if req.Kind == driver.Permit {
 		value = semValue(req.Permits, req.Owner)

@@ -64,8 +64,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 				return nil, err
 			}
 		}
-		h := &handle{name: r.Name, slot: sess.takeSlot(r.Name), sess: sess}
-		h.key = d.slotKey(r.Name, sess.id, h.slot)
+		h := d.newHandle(driver.Exclusive, r.Name, sess)
 		guard := d.guardKey(r.Name)
 		hs = append(hs, h)
 		cmps = append(cmps,
@@ -73,7 +72,6 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 			clientv3.Compare(clientv3.CreateRevision(guard), "=", 0))
 		puts = append(puts, clientv3.OpPut(h.key, r.Owner, clientv3.WithLease(sess.id)))
 		if r.LockDelay > 0 {
-			h.guarded.Store(true)
 			h.delay.Store(int64(r.LockDelay))
 			puts = append(puts, clientv3.OpPut(guard, h.key, clientv3.WithLease(delayLease)))
 		}
@@ -87,7 +85,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	}
 	if !resp.Succeeded {
 		for _, h := range hs {
-			h.sess.freeSlot(h.slotName(), h.slot)
+			h.sess.freeSlot(h)
 		}
 		return nil, d.multiRefused(ctx, reqs)
 	}
@@ -105,7 +103,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 // lock-delay guard too: the guard goes first (it names the key, so it can
 // only be this attempt's), then the key.
 func (d *Driver) discardGuarded(h *handle) {
-	if h.guarded.Load() {
+	if h.guarded() {
 		guard := d.guardOf(h)
 		ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
 		_, _ = d.cli.Txn(ctx).

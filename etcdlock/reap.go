@@ -28,10 +28,7 @@ import (
 // renews them.
 func (s *session) track(h *handle) {
 	s.mu.Lock()
-	if s.held == nil {
-		s.held = map[*handle]struct{}{}
-	}
-	s.held[h] = struct{}{}
+	h.held = true
 	s.mu.Unlock()
 }
 
@@ -40,7 +37,7 @@ func (s *session) track(h *handle) {
 // be on its way (see slots.go).
 func (s *session) untrack(h *handle) {
 	s.mu.Lock()
-	delete(s.held, h)
+	h.held = false
 	s.settleLocked(h)
 	s.mu.Unlock()
 }
@@ -51,9 +48,11 @@ func (d *Driver) reap(ctx context.Context, s *session) {
 	now := time.Now()
 	var due []*handle
 	s.mu.Lock()
-	for h := range s.held {
-		if now.Sub(h.confirmed.Time()) >= s.ttl {
-			due = append(due, h)
+	for _, first := range s.grants {
+		for h := first; h != nil; h = h.next {
+			if h.held && now.Sub(h.confirmed.Time()) >= s.ttl {
+				due = append(due, h)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -66,7 +65,7 @@ func (d *Driver) reap(ctx context.Context, s *session) {
 			continue
 		}
 		s.untrack(h)
-		if delay := time.Duration(h.delay.Load()); delay > 0 && h.guarded.Load() {
+		if delay := time.Duration(h.delay.Load()); delay > 0 {
 			d.armGuard(ctx, h, delay)
 		}
 	}

@@ -38,12 +38,12 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if nested || err != nil {
 		return n, err
 	}
-	if hd.guarded.Load() {
+	if hd.guarded() {
 		return d.releaseGuarded(ctx, hd)
 	}
 	s := hd.sess
 	s.mu.Lock()
-	if _, held := s.held[hd]; !held {
+	if !hd.held {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("etcdlock: key %q with revision %d is gone: %w", hd.key, hd.rev, driver.ErrNotHeld)
 	}
@@ -61,7 +61,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		s.mu.Unlock()
 		return 0, ctxerr.Wrap(ctx, "etcdlock: release", err)
 	}
-	delete(s.held, hd)
+	hd.held = false
 	s.settleLocked(hd)
 	s.mu.Unlock()
 	if resp.Deleted == 0 {

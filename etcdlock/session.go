@@ -22,10 +22,11 @@ type session struct {
 	want int64         // the TTL asked for, in seconds
 	ttl  time.Duration // the TTL the server granted (it raises one below its minimum)
 
-	mu     sync.Mutex                 // guards delays, held and slots
+	prefixLen int // the length of the driver's Options.Prefix (see handle.name)
+
+	mu     sync.Mutex                 // guards delays, grants and the handles' fields marked so
 	delays map[int64]clientv3.LeaseID // lock-delay leases by TTL in seconds (see delay.go)
-	held   map[*handle]struct{}       // grants returned and not yet released (see reap.go)
-	slots  map[string]slots           // queue key slots in use, by lock name (see slots.go)
+	grants map[uint64]*handle         // the handles whose slots are in use, by slotHash (see slots.go)
 	dmu    sync.Mutex                 // serialises grants of delay leases
 
 	kmu  sync.Mutex    // guards next
@@ -80,7 +81,7 @@ func (d *Driver) session(ctx context.Context, secs int64) (*session, error) {
 	}
 	// The server may have raised the TTL to its minimum: every validity is
 	// computed from the TTL it granted.
-	s := &session{Session: sessionlock.NewSession(sent), id: resp.ID, want: secs, ttl: time.Duration(resp.TTL) * time.Second, kick: make(chan struct{}, 1)}
+	s := &session{Session: sessionlock.NewSession(sent), id: resp.ID, want: secs, ttl: time.Duration(resp.TTL) * time.Second, kick: make(chan struct{}, 1), prefixLen: len(d.prefix)}
 	if !d.bg.Go(func() { d.keepAlive(s) }) {
 		// Closed meanwhile: Close may have revoked the leases already.
 		rctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)

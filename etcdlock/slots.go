@@ -8,7 +8,7 @@ package etcdlock
 // often its lock was taken (without auto-compaction, etcd 3.4's default).
 // So the keys of one lease on one name are reused: a lock's key is
 //
-//	<prefix><name>/<lease ID in hex>-<slot number, 16 hex digits>
+//	<prefix><name>/<lease ID in hex>-<slot number in hex>
 //
 // where the slot is the lowest one of that lease on that name that is not in
 // use. Usually a lease holds or waits for a lock once at a time, and every
@@ -38,101 +38,113 @@ package etcdlock
 // create revision.
 
 import (
+	"hash/maphash"
 	"math"
 	"math/bits"
+	"slices"
+
+	"github.com/dlock/dlock/driver"
 )
 
-// slots is the slot record of one name on one lease: a bit per slot below
-// 64, set while the slot is in use, and the record of the higher slots,
-// which only a name taken more than 64 times at once on one lease (the same
-// owner re-queueing behind releases with unknown outcomes, or many owners
-// through one driver) ever uses. The driver keeps one per held name, so the
-// common case is one word.
-type slots struct {
-	low  uint64
-	high *highSlots // slots from 64 up; nil while none is in use
+// The driver's record of a lease's keys is one map per session, grants, from
+// the hash of a kind and lock name (slotHash) to the handles of that hash
+// whose slots are in use, linked through handle.next: those being acquired,
+// held (handle.held), or whose key is not yet known gone. A held lock costs
+// its handle and one map entry of 16 bytes plus the map's slack (no string:
+// a handle's name is part of its key), and the reaper (reap.go) walks the
+// same lists. A list holds more than one handle only while several owners
+// hold or wait for one name through one driver, a release had an unknown
+// outcome, or two names' hashes collide (a list's handles are told apart by
+// kind and name).
+
+// slotSeed seeds slotHash.
+var slotSeed = maphash.MakeSeed()
+
+// slotHash is the grants key of the slots of kind k of name.
+func slotHash(k driver.Kind, name string) uint64 {
+	return maphash.String(slotSeed, name) ^ uint64(k)*0x9e3779b97f4a7c15
 }
 
-// highSlots records the slots from 64 up of one name on one lease.
-type highSlots struct {
-	used int      // slots in use
-	free []uint64 // free slots below next
-	next uint64   // slots from next up were never used
-}
-
-// takeSlot returns the lowest free slot of name on s, and marks it in use.
-func (s *session) takeSlot(name string) uint64 {
+// takeSlot gives h, a new handle of kind h.kind for name, the lowest slot of
+// that kind and name on s not in use and the key key makes of it, and
+// records the slot in use (links h; the key is set before another call can
+// see h). A slot below 64 is found with one word; past 64 (a name with that
+// many keys on one lease at once) the slots in use are sorted.
+func (s *session) takeSlot(name string, h *handle, key func(slot uint32) string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.slots == nil {
-		s.slots = map[string]slots{}
+	if s.grants == nil {
+		s.grants = map[uint64]*handle{}
 	}
-	sl := s.slots[name]
-	if sl.low != math.MaxUint64 {
-		n := uint64(bits.TrailingZeros64(^sl.low))
-		sl.low |= 1 << n
-		s.slots[name] = sl
-		return n
-	}
-	if sl.high == nil {
-		sl.high = &highSlots{next: 64}
-		s.slots[name] = sl
-	}
-	h := sl.high
-	h.used++
-	if len(h.free) == 0 {
-		h.next++
-		return h.next - 1
-	}
-	low := 0
-	for i, n := range h.free {
-		if n < h.free[low] {
-			low = i
+	hash := slotHash(h.kind, name)
+	first := s.grants[hash]
+	var low uint64
+	var high []uint32
+	for g := first; g != nil; g = g.next {
+		if g.kind != h.kind || g.name() != name {
+			continue // another name with the same hash
 		}
-	}
-	n := h.free[low]
-	h.free[low] = h.free[len(h.free)-1]
-	h.free = h.free[:len(h.free)-1]
-	return n
-}
-
-// freeSlot records that slot n of name on s is known to have no key any
-// more. It must be called once for each takeSlot, and only then.
-func (s *session) freeSlot(name string, n uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.freeSlotLocked(name, n)
-}
-
-func (s *session) freeSlotLocked(name string, n uint64) {
-	sl, ok := s.slots[name]
-	if !ok {
-		return
-	}
-	if n < 64 {
-		sl.low &^= 1 << n
-	} else if h := sl.high; h != nil {
-		h.used--
-		if h.used <= 0 {
-			sl.high = nil
+		if g.slot < 64 {
+			low |= 1 << g.slot
 		} else {
-			h.free = append(h.free, n)
+			high = append(high, g.slot)
 		}
 	}
-	if sl.low == 0 && sl.high == nil {
-		delete(s.slots, name)
+	if low != math.MaxUint64 {
+		h.slot = uint32(bits.TrailingZeros64(^low))
+	} else {
+		slices.Sort(high)
+		h.slot = 64
+		for _, n := range high {
+			if n != h.slot {
+				break
+			}
+			h.slot++
+		}
+	}
+	h.key = key(h.slot)
+	h.next = first
+	s.grants[hash] = h
+}
+
+// freeSlot records that h's key is known to be gone: its slot is free again
+// (h is unlinked). Later calls for h do nothing.
+func (s *session) freeSlot(h *handle) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.freeSlotLocked(h)
+}
+
+func (s *session) freeSlotLocked(h *handle) {
+	if h.freed {
 		return
 	}
-	s.slots[name] = sl
+	h.freed = true
+	hash := slotHash(h.kind, h.name())
+	var prev *handle
+	for g := s.grants[hash]; g != nil; prev, g = g, g.next {
+		if g != h {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.next = h.next
+		case h.next != nil:
+			s.grants[hash] = h.next
+		default:
+			delete(s.grants, hash)
+		}
+		h.next = nil
+		return
+	}
 }
 
 // settleLocked frees h's slot once h's key is known gone (h is no longer
 // held), no plain delete of it is in flight and none had an unknown outcome.
 // s.mu must be held.
 func (s *session) settleLocked(h *handle) {
-	if _, held := s.held[h]; held || h.pending > 0 || h.stale || h.freed {
+	if h.held || h.pending > 0 || h.stale {
 		return
 	}
-	h.freed = true
-	s.freeSlotLocked(h.slotName(), h.slot)
+	s.freeSlotLocked(h)
 }

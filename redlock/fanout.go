@@ -71,7 +71,8 @@ func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, wh
 // first, the nodes whose release named it (each free, with the waiter
 // first in its queue, so each grants it), and on every other node as soon
 // as its release names the waiter too (w's bits), all of them once a
-// quorum has been sent to, and all of them anyway after the node timeout.
+// quorum has been sent to, and all of them anyway after the node timeout
+// (at most maxStagger).
 // Each node's acquire thus leaves as soon as that node is known to be free,
 // rather than all of them at the quorum-th release: the hand-off is that
 // much shorter, and no acquire reaches a node before its release.
@@ -94,9 +95,14 @@ func (d *Driver) launchEarly(ctx context.Context, ops lockOps, timeout time.Dura
 	all := uint64(1)<<len(d.nodes) - 1
 	l := &lateCalls{out: make(chan result[redisscript.AcquireResult], len(d.nodes)), late: all &^ st.first, w: st.w}
 	fanoutInto(d, ctx, timeout, nodesOf(st.first), ops.acquire, l.out)
-	l.timer = time.NewTimer(timeout)
+	l.timer = time.NewTimer(min(timeout, maxStagger))
 	return l
 }
+
+// maxStagger bounds how long a staggered attempt waits for the releases of
+// its late nodes before it sends to them anyway: meanwhile the waiter does
+// not renew its queue entries (which last queueWait).
+const maxStagger = queueWait / 6
 
 // next returns the next node's answer, sending to the late nodes as they
 // become free (or all of them once a quorum was sent to, or the node

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -182,4 +183,53 @@ func TestCloseDuringStaggeredAttempt(t *testing.T) {
 	for _, a := range admins[1:] {
 		_, _, _ = redisscript.Release(ctx, a, k, "holder", 0)
 	}
+}
+
+// TestStaggerBounded: a staggered attempt whose other nodes' releases do
+// not come sends to them after maxStagger even with a long node timeout,
+// is refused there and undoes its grant, leaving the waiter queued: it
+// does not sit on a node (with its queue entries unrenewed) for the whole
+// node timeout.
+func TestStaggerBounded(t *testing.T) {
+	srvs, admins, _ := safetyEnv(t)
+	ctx := ctxT(t, 20*time.Second)
+	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=10s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const name = "stagger-bounded"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	for i, a := range admins {
+		if r, err := redisscript.Acquire(ctx, a, k, "holder", 10*time.Second, 0); err != nil || !r.Granted {
+			t.Fatalf("holder on node %d: %+v, %v", i, r, err)
+		}
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Acquire(actx, driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second})
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	q := k.Lock + ":q"
+	queued := func(i int) bool {
+		_, err := admins[i].ZScore(ctx, q, "waiter").Result()
+		return err == nil
+	}
+	testwait.Until(t, 5*time.Second, "the waiter queued on every node", func() bool { return queued(0) && queued(1) && queued(2) })
+	if _, held, err := redisscript.Release(ctx, admins[0], k, "holder", 0); err != nil || !held {
+		t.Fatalf("release on node 0: %v, %v", held, err)
+	}
+	testwait.Until(t, 2*time.Second, "node 0 granted to the waiter", func() bool {
+		v, err := admins[0].Get(ctx, k.Lock).Result()
+		return err == nil && strings.HasSuffix(v, "\nwaiter")
+	})
+	testwait.Until(t, 4*maxStagger, "node 0's grant undone, the waiter queued there again", func() bool {
+		n, err := admins[0].Exists(ctx, k.Lock).Result()
+		return err == nil && n == 0 && queued(0)
+	})
 }

@@ -32,6 +32,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 }
 
 func (d *Driver) acquire(ctx context.Context, req driver.AcquireRequest, wait bool) (driver.Grant, error) {
+	ctx = rpcCtx(ctx)
 	// start is when this call began; grants report their validity from the
 	// last refresh of the lease (Grant.Sent), which may be later.
 	start := time.Now()
@@ -348,6 +349,7 @@ func (d *Driver) discard(h *handle, rev int64) {
 func (d *Driver) tryDiscard(key string, rev int64) error {
 	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
 	defer cancel()
+	ctx = rpcCtx(ctx)
 	if rev == 0 {
 		resp, err := d.cli.Get(ctx, key, clientv3.WithKeysOnly())
 		if err != nil {

@@ -26,6 +26,7 @@ var _ driver.MultiAcquirer = (*Driver)(nil)
 // the keys that may have been put are removed (in the background if need
 // be) before the error is returned.
 func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.Grant, error) {
+	ctx = rpcCtx(ctx)
 	begun := 0
 	var hs []*handle
 	granted := false

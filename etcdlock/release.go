@@ -28,6 +28,7 @@ import (
 // no longer held by this grant. A Lease whose Handle is not this driver's
 // (nil included) gets ErrNotHeld at once.
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
+	ctx = rpcCtx(ctx)
 	hd, ok := l.Handle.(*handle)
 	if !ok || hd == nil {
 		return 0, fmt.Errorf("etcdlock: release: foreign handle %T: %w", l.Handle, driver.ErrNotHeld)

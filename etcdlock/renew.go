@@ -27,6 +27,7 @@ import (
 // granted fails with an error wrapping driver.ErrUnsupported, and stays held
 // with its TTL. A Lease.TTL of zero means the grant's.
 func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) {
+	ctx = rpcCtx(ctx)
 	errs := make([]error, len(ls))
 	hds := make([]*handle, len(ls))
 	sessions := map[*session]error{}

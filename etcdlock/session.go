@@ -152,6 +152,7 @@ func (d *Driver) keepAlive(s *session) {
 			return // r's waiters see s end
 		}
 		ctx, cancel := context.WithTimeout(d.ctx, left)
+		ctx = rpcCtx(ctx)
 		err := d.refresh(ctx, s)
 		if r != nil {
 			r.err = err

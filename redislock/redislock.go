@@ -184,6 +184,8 @@ type Driver struct {
 	minReplicas    int
 	replicaTimeout time.Duration
 
+	lane *lane // the mutex grants' and releases' own connection (a *redis.Client only)
+
 	gate      redisscript.Gate   // Close waits for calls in flight, refuses new ones
 	grants    redisscript.Grants // granted and not released: Close releases them
 	stop      chan struct{}      // closed when Close (or kill) begins: wakes waiters
@@ -238,8 +240,12 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{client: client, prefix: prefix, plain: plain, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
-		single: single, minReplicas: minReplicas, replicaTimeout: replicaTimeout}, nil
+	d := &Driver{client: client, prefix: prefix, plain: plain, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
+		single: single, minReplicas: minReplicas, replicaTimeout: replicaTimeout}
+	if c, ok := client.(*redis.Client); ok && minReplicas == 0 {
+		d.lane = &lane{client: c}
+	}
+	return d, nil
 }
 
 func (d *Driver) keys(name string, handle any) redisscript.Keys {
@@ -346,10 +352,17 @@ func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, req driver.A
 	}
 	defer d.gate.Exit()
 	k := ref.Keys()
+	var r redisscript.AcquireResult
+	var err error
+	sent := time.Now()
 	c, done := d.conn()
 	defer done()
-	sent := time.Now()
-	r, err := redisscript.AcquireQueued(ctx, c, k, req.Owner, req.TTL, req.LockDelay, wait)
+	if ln := d.lane.take(); ln != nil {
+		r, err = redisscript.AcquireQueued(ctx, ln, k, req.Owner, req.TTL, req.LockDelay, wait)
+		d.lane.give(err)
+	} else {
+		r, err = redisscript.AcquireQueued(ctx, c, k, req.Owner, req.TTL, req.LockDelay, wait)
+	}
 	if err != nil {
 		// The outcome is unknown: the script may have run. Book it, so
 		// that Close releases it if nobody does first (the dlock
@@ -508,7 +521,15 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return d.releaseKind(ctx, l)
 	}
 	k := d.keys(l.Name, l.Handle)
-	remaining, held, err := redisscript.Release(ctx, d.client, k, l.Owner, l.Token)
+	var remaining int
+	var held bool
+	var err error
+	if ln := d.lane.take(); ln != nil {
+		remaining, held, err = redisscript.Release(ctx, ln, k, l.Owner, l.Token)
+		d.lane.give(err)
+	} else {
+		remaining, held, err = redisscript.Release(ctx, d.client, k, l.Owner, l.Token)
+	}
 	if err != nil {
 		return 0, ctxerr.Wrap(ctx, "redislock: release", err)
 	}
@@ -660,6 +681,7 @@ func (d *Driver) Close() error {
 		if err := d.grants.ReleaseAll([]redis.UniversalClient{d.client}); err != nil {
 			d.closeErr = fmt.Errorf("redislock: close: %w", err)
 		}
+		d.lane.close()
 		if err := d.hub.Close(); d.closeErr == nil {
 			d.closeErr = err
 		}
@@ -680,6 +702,7 @@ func (d *Driver) stopWaiters() { d.stopOnce.Do(func() { close(d.stop) }) }
 func (d *Driver) kill() {
 	d.stopWaiters()
 	_ = d.hub.Close()
+	d.lane.close()
 	_ = d.client.Close()
 	d.gate.Stop()
 	d.grants.Forget()

@@ -1,10 +1,17 @@
 package redislock
 
 import (
+	"maps"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testserver"
 )
 
 // TestLaneSkipsPool: back-to-back grants and releases of a driver over a
@@ -90,5 +97,69 @@ func TestLaneDropsBrokenConnection(t *testing.T) {
 	}
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
 		t.Fatalf("release after the lane dropped its broken connection: %v", err)
+	}
+}
+
+// TestLockUnlockCommands: an uncontended Lock+Unlock through a dlock Client
+// sends the server exactly two commands, the acquire and the release
+// script (no SCRIPT LOAD, PUBLISH, SUBSCRIBE or other round trip of its
+// own), and those scripts run seven commands between them (EXISTS, INCR,
+// SET; GET, EXISTS of the queue, DEL, PUBLISH). A guard: the code before
+// the lane passes it too.
+func TestLockUnlockCommands(t *testing.T) {
+	srv := testserver.Redis(t, nil)
+	ctx := ctxT(t)
+	opt, err := redis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(opt)
+	defer admin.Close()
+	c, err := dlock.Open(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := c.NewMutex("commands", nil)
+	once := func() {
+		t.Helper()
+		l, err := m.Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	once() // scripts loaded
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const pairs = 20
+	for range pairs {
+		once()
+	}
+	s, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for _, line := range strings.Split(s, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, stats, _ := strings.Cut(rest, ":")
+		for _, f := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				calls[name], _ = strconv.Atoi(v)
+			}
+		}
+	}
+	delete(calls, "info") // this test's own
+	delete(calls, "config|resetstat")
+	want := map[string]int{"evalsha": 2 * pairs, "exists": 2 * pairs, "incr": pairs, "set": pairs, "get": pairs, "del": pairs, "publish": pairs}
+	if !maps.Equal(calls, want) {
+		t.Fatalf("%d Lock+Unlock ran %v on the server; want %v", pairs, calls, want)
 	}
 }

@@ -163,7 +163,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 				}
 			}
 			h := &handle{ref: ops.ref, kind: ops.kind}
-			d.settle(ctx, h, ops, timeout, results, n-len(got))
+			d.settle(ctx, h, ops, timeout, results, got)
 			key := ops.keys.Lock
 			if ops.kind != nil {
 				// The writer's key, or the readers' set.

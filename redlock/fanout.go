@@ -41,6 +41,12 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 // fanoutInto is fanoutTo sending the results to out, which must have room
 // for them.
 func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
+	if which == nil {
+		which = make([]int, len(d.nodes))
+		for i := range which {
+			which[i] = i
+		}
+	}
 	d.gate.Add(len(which))
 	// One deadline for all the node calls (they start together): one
 	// timer rather than one per node.
@@ -154,28 +160,36 @@ func nodesOf(m uint64) []int {
 	return which
 }
 
-// settle sets h.settled to a channel closed (and then dropped) once the
-// pending results of an acquire that returned early (on a quorum) have
-// arrived. It must be called inside an admitted call; Close waits for it.
-// A queued waiter (ops.leave set) leaves the queue of the late nodes that
-// did not grant.
-func (d *Driver) settle(ctx context.Context, h *handle, ops lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], pending int) {
+// settle sets h.settled while the nodes that had not answered an acquire
+// that returned early (on a quorum, got being the answers so far) answer;
+// each node's channel is closed as its answer arrives, and h.settled is
+// dropped after the last. It must be called inside an admitted call; Close
+// waits for it. A queued waiter (ops.leave set) leaves the queue of the
+// late nodes that did not grant.
+func (d *Driver) settle(ctx context.Context, h *handle, ops lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult]) {
+	pending := len(d.nodes) - len(got)
 	if pending == 0 {
 		return
 	}
-	done := make(chan struct{})
-	h.settled.Store(&done)
+	s := &settling{nodes: make([]chan struct{}, len(d.nodes))}
+	for i := range s.nodes {
+		s.nodes[i] = make(chan struct{})
+	}
+	for _, r := range got {
+		s.nodes[r.i] = nil
+	}
+	h.settled.Store(s)
 	d.gate.Add(1)
 	go func() {
 		defer d.gate.Done()
 		var leave []int
 		for range pending {
 			r := <-results
+			close(s.nodes[r.i])
 			if r.err != nil || !r.v.Granted {
 				leave = append(leave, r.i)
 			}
 		}
-		close(done)
 		h.settled.Store(nil)
 		if ops.leave != nil && len(leave) > 0 {
 			d.leaveNodes(ctx, ops, leave, timeout)

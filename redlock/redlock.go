@@ -88,7 +88,6 @@
 package redlock
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -149,6 +148,7 @@ type Driver struct {
 }
 
 type node struct {
+	i      int // its index in Driver.nodes
 	client redis.UniversalClient
 	hub    *redisscript.Hub
 }
@@ -199,7 +199,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 				return nil, openurl.Invalid("clients", "redlock: client %d is given twice", i)
 			}
 		}
-		d.nodes = append(d.nodes, &node{client: c, hub: redisscript.NewHub(c, d.filterAt(i))})
+		d.nodes = append(d.nodes, &node{i: i, client: c, hub: redisscript.NewHub(c, d.filterAt(i))})
 	}
 	return d, nil
 }
@@ -228,23 +228,20 @@ type handle struct {
 	// handle, so it is kept small.
 	ref  *redisscript.Ref
 	kind *redisscript.KindKeys
-	// settled is closed once every node has answered the acquire (or
-	// given up): a release sent before then could reach a slow node ahead
-	// of its acquire, which would then grant there after the release and
-	// hold that node until TTL.
-	// The channel is dropped (nil) once closed, so that a held lease
-	// does not keep it.
-	settled atomic.Pointer[chan struct{}]
+	// settled tells, while some nodes have not answered the acquire (or
+	// given up on it), when each of them does: a release sent to a node
+	// before then could reach it ahead of its acquire, which would then
+	// grant there after the release and hold that node until TTL. It is
+	// dropped (nil) once every node answered, so that a held lease does
+	// not keep it.
+	settled atomic.Pointer[settling]
 }
 
-// waitSettled waits until every node has answered h's acquire, or ctx ends.
-func (h *handle) waitSettled(ctx context.Context) {
-	if c := h.settled.Load(); c != nil {
-		select {
-		case <-*c:
-		case <-ctx.Done():
-		}
-	}
+// settling is a grant's acquire while some nodes have not answered.
+type settling struct {
+	// nodes, by node, are closed when that node answers; nil for a node
+	// that had answered when the grant was returned.
+	nodes []chan struct{}
 }
 
 // Limits reports millisecond TTL granularity (PX).

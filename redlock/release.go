@@ -21,17 +21,45 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	}
 	defer d.gate.Exit()
 	ops := d.opsForLease(l)
-	if h, ok := l.Handle.(*handle); ok && h != nil {
-		h.waitSettled(ctx)
-	}
 	type rel struct {
 		remaining int
 		held      bool
 	}
-	results := fanout(d, ctx, d.timeoutFor(l.TTL), func(ctx context.Context, n *node) (rel, error) {
+	timeout := d.timeoutFor(l.TTL)
+	release := func(ctx context.Context, n *node) (rel, error) {
 		r, held, err := ops.release(ctx, n, true)
 		return rel{r, held}, err
-	})
+	}
+	results := make(chan result[rel], len(d.nodes))
+	var s *settling
+	if h, ok := l.Handle.(*handle); ok && h != nil {
+		s = h.settled.Load()
+	}
+	if s == nil {
+		fanoutInto(d, ctx, timeout, nil, release, results)
+	} else {
+		// Each node is released once it answered the acquire (a release
+		// must not overtake it), the nodes that did at once.
+		var ready []int
+		for i, c := range s.nodes {
+			if c == nil {
+				ready = append(ready, i)
+				continue
+			}
+			d.gate.Add(1)
+			go func() {
+				defer d.gate.Done()
+				select {
+				case <-c:
+				case <-ctx.Done():
+				}
+				fanoutInto(d, ctx, timeout, []int{i}, release, results)
+			}()
+		}
+		if len(ready) > 0 {
+			fanoutInto(d, ctx, timeout, ready, release, results)
+		}
+	}
 	remaining, held, notHeld := 0, 0, 0
 	var firstErr error
 	for range d.nodes {

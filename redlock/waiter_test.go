@@ -233,3 +233,53 @@ func TestStaggerBounded(t *testing.T) {
 		return err == nil && n == 0 && queued(0)
 	})
 }
+
+// TestReleaseNotHeldUpBySlowNode: a grant returned on a quorum while one
+// node's acquire is still pending is released at once on the nodes that
+// answered; only the slow node's release waits for its acquire's answer
+// (so that it does not overtake it). The old code released no node until
+// every node had answered.
+func TestReleaseNotHeldUpBySlowNode(t *testing.T) {
+	srvs, admins, _ := safetyEnv(t)
+	ctx := ctxT(t, 20*time.Second)
+	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=3s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const name = "slow-node-release"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	req := driver.AcquireRequest{Name: name, Owner: "owner", TTL: 10 * time.Second}
+	// Warm the connections, so that the pause holds up only the script.
+	g, err := d.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL, Token: g.Token, Handle: g.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	const pause = 800 * time.Millisecond
+	if err := admins[2].ClientPause(ctx, pause).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g, err = d.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Release(ctx, driver.Lease{Name: name, Owner: req.Owner, TTL: req.TTL, Token: g.Token, Handle: g.Handle})
+		done <- err
+	}()
+	testwait.Until(t, pause/2, "nodes 0 and 1 released while node 2 is paused", func() bool {
+		n, err := admins[0].Exists(ctx, k.Lock).Result()
+		m, err2 := admins[1].Exists(ctx, k.Lock).Result()
+		return err == nil && err2 == nil && n == 0 && m == 0
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := admins[2].Exists(ctx, k.Lock).Result(); err != nil || n != 0 {
+		t.Errorf("node 2 still holds the lock after Release: %v, %v", n, err)
+	}
+}

@@ -58,8 +58,8 @@ func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driv
 	return driver.Grant{Token: uint64(fence), Count: count, TTL: req.TTL}, nil
 }
 
-// Release implements sqlcommon.Locker; a release to zero NOTIFYs waiters
-// in the same statement.
+// Release implements sqlcommon.Locker; a release to zero NOTIFYs waiters,
+// if any driver marks the name as waited for, in the same statement.
 func (d leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if l.Kind != driver.Exclusive {
 		return d.releaseKind(ctx, l)
@@ -68,7 +68,7 @@ func (d leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 		remaining int
 		notified  *bool
 	)
-	err := d.pool.QueryRow(ctx, d.q.leaseRelease, l.Name, l.Owner, int64(l.Token), d.channel).Scan(&remaining, &notified)
+	err := d.pool.QueryRow(ctx, d.q.leaseRelease, l.Name, l.Owner, int64(l.Token), d.channel, WaitKey(l.Name)).Scan(&remaining, &notified)
 	if err != nil {
 		if isNoRows(err) {
 			return 0, fmt.Errorf("pglock: release: %w", driver.ErrNotHeld)

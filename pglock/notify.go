@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/dlock/dlock/driver"
 )
@@ -20,29 +22,76 @@ import (
 // user's pool) on the first Subscribe, and reopened with backoff if it
 // fails; every subscriber is woken on a reconnect, because a release may
 // have been missed while it was down.
+//
+// A release NOTIFYs only when someone waits for the name (see WaitKey):
+// the listener marks every name it has subscribers for with a shared
+// advisory lock on the name's WaitKey, held by the LISTEN session, and a
+// release statement tries the same key exclusively (pg_try_advisory_xact_lock,
+// held to its commit) after giving the lock up, and NOTIFYs only if that
+// fails. A mark taken while a release's exclusive try holds the key waits
+// for that release to commit, so the waiter's next attempt, made once
+// Subscribe has returned, sees the lock free; a mark in place before the
+// try makes the release NOTIFY. Either way no release is missed.
 type listener struct {
 	d *Driver
 
 	mu       sync.Mutex
 	seq      uint64 // the last subscription's seq
 	subs     map[string]map[*subscription]struct{}
+	marks    map[string]*mark // the names marked, or to mark, on the LISTEN session
 	started  bool
 	closed   bool
 	up       bool
 	firstTry chan struct{} // closed after the first connection attempt
 	firstErr error
-	pid      uint32 // backend PID of the current LISTEN connection, 0 when down
+	pid      uint32             // backend PID of the current LISTEN connection, 0 when down
+	kick     context.CancelFunc // interrupts the listener's wait for a notification; nil when not waiting
+	changed  chan struct{}      // closed and replaced when marks were synced or the connection came up or went down
 	cancel   context.CancelFunc
 	done     chan struct{}
 }
 
+// mark is a name's waiter mark on the LISTEN session.
+type mark struct {
+	key  int64     // WaitKey of the name
+	held bool      // the shared lock is held on the current LISTEN session
+	idle time.Time // when the name's last subscriber left; zero while it has some
+}
+
+// markLinger is how long a name stays marked after its last subscriber
+// left: a hot lock's waiters come and go, and a stale mark costs at most a
+// NOTIFY nobody needs, while unmarking and marking again costs the LISTEN
+// session a statement each time.
+const markLinger = 2 * time.Second
+
+// markTimeout bounds one statement that marks or unmarks names. A mark
+// waits only for a release statement's commit, so running out means the
+// session is in trouble: the connection is dropped and made again.
+const markTimeout = 10 * time.Second
+
+// WaitKey returns the advisory key that marks name as waited for: a
+// driver's LISTEN session holds it shared while it has subscribers for
+// name, and a release NOTIFYs only when it cannot take it exclusively.
+// It is AdvisoryKey of "\x00wait\x00" + name, which no lock name's
+// AdvisoryKey or RWKey equals.
+func WaitKey(name string) int64 { return AdvisoryKey("\x00wait\x00" + name) }
+
 func newListener(d *Driver) *listener {
-	return &listener{d: d, subs: map[string]map[*subscription]struct{}{}, firstTry: make(chan struct{}), done: make(chan struct{})}
+	return &listener{d: d, subs: map[string]map[*subscription]struct{}{}, marks: map[string]*mark{},
+		firstTry: make(chan struct{}), changed: make(chan struct{}), done: make(chan struct{})}
+}
+
+// changedLocked wakes everyone waiting for a change of the listener's
+// state; l.mu is held.
+func (l *listener) changedLocked() {
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // Subscribe implements driver.Notifier. It returns once the driver's LISTEN
-// is in place, so a release after Subscribe returns is never missed (a
-// release while the listener is reconnecting wakes every subscriber).
+// is in place and the LISTEN session marks name as waited for (see
+// WaitKey), so a release after Subscribe returns is never missed (a release
+// while the listener is reconnecting wakes every subscriber).
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	if err := d.base.Check(); err != nil {
 		return nil, err
@@ -68,27 +117,48 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 	l.seq++
 	s.seq = l.seq
 	m[s] = struct{}{}
-	up := l.up
+	mk := l.marks[name]
+	if mk == nil {
+		mk = &mark{key: WaitKey(name)}
+		l.marks[name] = mk
+	}
+	mk.idle = time.Time{}
+	if !mk.held && l.kick != nil {
+		l.kick()
+	}
 	l.mu.Unlock()
-	if !up {
-		select {
-		case <-l.firstTry:
-			l.mu.Lock()
-			err, up := l.firstErr, l.up
-			l.mu.Unlock()
-			if err != nil && !up {
-				s.Close()
-				return nil, fmt.Errorf("pglock: subscribe: %w", err)
-			}
-			if !up {
+	for {
+		l.mu.Lock()
+		up, held, changed, err := l.up, mk.held, l.changed, l.firstErr
+		l.mu.Unlock()
+		if up && held {
+			return s, nil
+		}
+		first := l.firstTry
+		if !up {
+			select {
+			case <-first:
+				// Down after the first attempt: failed from the start, or
+				// reconnecting.
+				if err != nil {
+					s.Close()
+					return nil, fmt.Errorf("pglock: subscribe: %w", err)
+				}
 				s.wake() // reconnecting: make the caller poll once
+				return s, nil
+			default:
 			}
+		} else {
+			first = nil
+		}
+		select {
+		case <-changed:
+		case <-first:
 		case <-ctx.Done():
 			s.Close()
 			return nil, fmt.Errorf("pglock: subscribe: %w", ctx.Err())
 		}
 	}
-	return s, nil
 }
 
 func (l *listener) run(ctx context.Context) {
@@ -99,6 +169,7 @@ func (l *listener) run(ctx context.Context) {
 		err := l.listenOnce(ctx, func() {
 			l.mu.Lock()
 			l.up = true
+			l.changedLocked()
 			l.mu.Unlock()
 			if first {
 				first = false
@@ -112,6 +183,12 @@ func (l *listener) run(ctx context.Context) {
 		if first {
 			l.firstErr = err
 		}
+		// The session's marks ended with it: the next connection takes
+		// them again before it counts as up.
+		for _, mk := range l.marks {
+			mk.held = false
+		}
+		l.changedLocked()
 		l.mu.Unlock()
 		if first {
 			first = false
@@ -143,6 +220,12 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 			return err
 		}
 	}
+	// The wait for a notification is interrupted to mark names (see
+	// Subscribe): by a read deadline, which leaves the connection usable,
+	// not by a cancel request, which could cancel the marking statement.
+	cfg.BuildContextWatcherHandler = func(pc *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pc.Conn()}
+	}
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	if err != nil {
 		return err
@@ -161,6 +244,9 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(l.d.channel)); err != nil {
 		return err
 	}
+	if _, err := l.syncMarks(ctx, conn); err != nil {
+		return err
+	}
 	onUp()
 	l.mu.Lock()
 	l.pid = conn.PgConn().PID()
@@ -168,11 +254,38 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 	defer func() {
 		l.mu.Lock()
 		l.pid = 0
+		l.kick = nil
 		l.mu.Unlock()
 	}()
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		next, err := l.syncMarks(ctx, conn)
 		if err != nil {
+			return err
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		if !next.IsZero() {
+			cancel()
+			wctx, cancel = context.WithDeadline(ctx, next)
+		}
+		l.mu.Lock()
+		pending := l.pendingLocked()
+		if !pending {
+			l.kick = cancel
+		}
+		l.mu.Unlock()
+		if pending {
+			cancel()
+			continue
+		}
+		n, err := conn.WaitForNotification(wctx)
+		l.mu.Lock()
+		l.kick = nil
+		l.mu.Unlock()
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil && !conn.IsClosed() {
+				continue // interrupted to mark or unmark names
+			}
 			return err
 		}
 		l.mu.Lock()
@@ -185,6 +298,71 @@ func (l *listener) listenOnce(ctx context.Context, onUp func()) error {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// pendingLocked reports whether a name waits to be marked on the LISTEN
+// session; l.mu is held.
+func (l *listener) pendingLocked() bool {
+	for _, mk := range l.marks {
+		if !mk.held && mk.idle.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// syncMarks brings the LISTEN session's marks in line with the names that
+// have subscribers: it marks those not yet marked, unmarks those whose last
+// subscriber left more than markLinger ago, and tells Subscribe. It returns
+// when the next lingering mark is due to go (zero if none).
+func (l *listener) syncMarks(ctx context.Context, conn *pgx.Conn) (time.Time, error) {
+	now := time.Now()
+	var add, drop []int64
+	var next time.Time
+	l.mu.Lock()
+	for name, mk := range l.marks {
+		switch {
+		case mk.idle.IsZero():
+			if !mk.held {
+				add = append(add, mk.key)
+			}
+		case now.Sub(mk.idle) >= markLinger:
+			if mk.held {
+				drop = append(drop, mk.key)
+			}
+			delete(l.marks, name)
+		case mk.held:
+			if due := mk.idle.Add(markLinger); next.IsZero() || due.Before(next) {
+				next = due
+			}
+		default:
+			delete(l.marks, name) // never marked: nothing to undo
+		}
+	}
+	l.mu.Unlock()
+	if len(add) == 0 && len(drop) == 0 {
+		return next, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, markTimeout)
+	defer cancel()
+	_, err := conn.Exec(sctx, `SELECT (SELECT count(pg_advisory_lock_shared(k)) FROM unnest($1::bigint[]) AS k),
+	(SELECT count(pg_advisory_unlock_shared(k)) FROM unnest($2::bigint[]) AS k)`, add, drop)
+	if err != nil {
+		return next, fmt.Errorf("pglock: marking waited-for names on the LISTEN session: %w", err)
+	}
+	l.mu.Lock()
+	added := make(map[int64]bool, len(add))
+	for _, k := range add {
+		added[k] = true
+	}
+	for _, mk := range l.marks {
+		if added[mk.key] {
+			mk.held = true
+		}
+	}
+	l.changedLocked()
+	l.mu.Unlock()
+	return next, nil
 }
 
 // wakeOne wakes the longest-waiting local subscriber of name that has no
@@ -255,6 +433,14 @@ func (s *subscription) Close() error {
 			delete(m, s)
 			if len(m) == 0 {
 				delete(s.l.subs, s.name)
+				// The name stays marked for markLinger; the listener
+				// unmarks it then.
+				if mk := s.l.marks[s.name]; mk != nil {
+					mk.idle = time.Now()
+					if s.l.kick != nil {
+						s.l.kick()
+					}
+				}
 			}
 		}
 		select {

@@ -40,7 +40,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					}
 					var rem int
 					var n *bool
-					return conn.QueryRow(ctx, q.leaseRelease, bareName, "o", fence, d.channel).Scan(&rem, &n)
+					return conn.QueryRow(ctx, q.leaseRelease, bareName, "o", fence, d.channel, WaitKey(bareName)).Scan(&rem, &n)
 				case ModeAdvisory:
 					var ok bool
 					var fence int64
@@ -50,7 +50,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 						return err
 					}
 					var n *bool
-					return conn.QueryRow(ctx, q.advisoryReleaseReset, k, d.channel, bareName, old).Scan(&ok, &n, nil)
+					return conn.QueryRow(ctx, q.advisoryReleaseReset, k, d.channel, bareName, WaitKey(bareName), old).Scan(&n, nil)
 				default:
 					bt := &pgx.Batch{}
 					bt.Queue("BEGIN")
@@ -68,7 +68,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 						return err
 					}
 					bt = &pgx.Batch{}
-					bt.Queue(q.rowNotify, d.channel, bareName)
+					bt.Queue(q.rowNotify, d.channel, bareName, WaitKey(bareName))
 					bt.Queue("COMMIT")
 					return conn.SendBatch(ctx, bt).Close()
 				}

@@ -97,7 +97,7 @@ RETURNING fence, count`)
 		version = version + 1
 	WHERE name = $1 AND owner = $2 AND fence = $3 AND count > 0 AND lock_until > now()
 	RETURNING count)
-SELECT count, CASE WHEN count = 0 THEN (SELECT true FROM pg_notify($4, $1)) END FROM r`)
+SELECT count, CASE WHEN count = 0 THEN ` + notifyIfWaited("$5", "$4", "$1") + ` END FROM r`)
 
 	q.leaseRenew = r.Replace(`UPDATE $T AS l SET
 	lock_until = now() + x.ttl * interval '1 microsecond',
@@ -129,8 +129,12 @@ f AS (
 	FROM g WHERE g.ok AND l.name = $2
 	RETURNING l.fence)
 SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
-	q.advisoryRelease = `SELECT pg_advisory_unlock($1), (SELECT true FROM pg_notify($2, $3))`
-	q.advisoryReleaseReset = `SELECT pg_advisory_unlock($1), (SELECT true FROM pg_notify($2, $3)), set_config('idle_session_timeout', $4, false)`
+	// One column: false when the session held no such lock, else true if
+	// it notified and NULL if nobody waits. The CASE gives the lock up
+	// before it looks for waiters, so a waiter that marks itself after
+	// the look tries the lock after the unlock.
+	q.advisoryRelease = `SELECT CASE WHEN NOT pg_advisory_unlock($1) THEN false ELSE ` + notifyIfWaited("$4", "$2", "$3") + ` END`
+	q.advisoryReleaseReset = q.advisoryRelease + `, set_config('idle_session_timeout', $5, false)`
 	// Acquire arms a server-side idle timeout of one TTL and every renewal
 	// ping re-arms it, so a holder that stops renewing (crashed without a
 	// FIN, paused, cut off) loses its session, and the lock, about one TTL
@@ -143,7 +147,9 @@ SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
 	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
 	RETURNING fence`)
 	q.rowPing = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
-	q.rowNotify = `SELECT pg_notify($1, $2)`
+	// Sent in the transaction that holds the row, just before its COMMIT,
+	// which ends the row lock and the try's lock on the wait key together.
+	q.rowNotify = `SELECT ` + notifyIfWaited("$3", "$1", "$2")
 
 	// A lock is held, for status, until it can be taken: to the end of its
 	// lease, or of its lock-delay once the lease ran out unreleased.
@@ -228,6 +234,17 @@ ON CONFLICT (name, grp) DO UPDATE SET fence = GREATEST(k.fence, excluded.fence)`
 	q.inspectKinds = r.Replace(`SELECT name, grp, fence, permits, ` + nowUS + ` FROM $T_kinds WHERE left(name, char_length($1)) = $1`)
 	q.inspectHolder = r.Replace(`SELECT name, grp, owner, kind, count, fence, lock_until, delay_until FROM $T_holders WHERE left(name, char_length($1)) = $1`)
 	return q
+}
+
+// notifyIfWaited is an expression that NOTIFYs channel with payload only
+// when the lock's WaitKey (the parameter waitKey) is marked by some
+// driver's LISTEN session (see listener): the exclusive try fails against
+// a mark. The try's lock lasts to the end of the transaction, which must
+// already have given the lock up (or give it up at its commit), so that a
+// waiter marking itself meanwhile waits for the commit and then finds the
+// lock free. It yields true when it notified, NULL when nobody waits.
+func notifyIfWaited(waitKey, channel, payload string) string {
+	return `CASE WHEN pg_try_advisory_xact_lock(` + waitKey + `) THEN NULL ELSE (SELECT true FROM pg_notify(` + channel + `, ` + payload + `)) END`
 }
 
 func pgCode(err error) string {

@@ -153,23 +153,22 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 }
 
 // Unlock implements sqlcommon.SessionSQL: pg_advisory_unlock, a NOTIFY to
-// waiters and, if Lock armed it, the session's old idle timeout back, in
-// one statement.
+// waiters if any driver marks the name as waited for (see WaitKey) and, if
+// Lock armed it, the session's old idle timeout back, in one statement.
 func (a advisory) Unlock(ctx context.Context, c *pinned, name string) error {
 	if c.kind != driver.Exclusive {
 		return a.unlockKind(ctx, c, name)
 	}
 	var (
-		released bool
-		notified *bool
-		err      error
+		res *bool // false: not held; true: released and notified; nil: released, nobody waits
+		err error
 	)
 	if c.oldTimeout != "" {
-		err = c.QueryRow(ctx, a.q.advisoryReleaseReset, c.key, a.channel, name, c.oldTimeout).Scan(&released, &notified, nil)
+		err = c.QueryRow(ctx, a.q.advisoryReleaseReset, c.key, a.channel, name, WaitKey(name), c.oldTimeout).Scan(&res, nil)
 	} else {
-		err = c.QueryRow(ctx, a.q.advisoryRelease, c.key, a.channel, name).Scan(&released, &notified)
+		err = c.QueryRow(ctx, a.q.advisoryRelease, c.key, a.channel, name, WaitKey(name)).Scan(&res)
 	}
-	if err == nil && !released {
+	if err == nil && res != nil && !*res {
 		err = errNoAdvisoryLock
 	}
 	return err
@@ -282,15 +281,16 @@ func (d *store) bumpFence(ctx context.Context, name, owner string) (int64, error
 	return fence, nil
 }
 
-// Unlock implements sqlcommon.SessionSQL: a NOTIFY to waiters and the
-// COMMIT that ends the transaction holding the row, pipelined.
+// Unlock implements sqlcommon.SessionSQL: a NOTIFY to waiters (if any
+// driver marks the name as waited for, see WaitKey) and the COMMIT that
+// ends the transaction holding the row, pipelined.
 func (r rowLock) Unlock(ctx context.Context, c *pinned, name string) error {
 	payload := name
 	if c.kind != driver.Exclusive {
 		payload = wakeAllPrefix + name
 	}
 	b := &pgx.Batch{}
-	b.Queue(r.q.rowNotify, r.channel, payload)
+	b.Queue(r.q.rowNotify, r.channel, payload, WaitKey(name))
 	b.Queue("COMMIT")
 	return c.SendBatch(ctx, b).Close()
 }

@@ -1,0 +1,164 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
+)
+
+// releaseNotifies takes and releases name on d and reports whether the
+// release sent a NOTIFY, as seen by conn, which LISTENs on d's channel:
+// after the release the test sends a sentinel NOTIFY of its own, and the
+// release notified if its notification comes first.
+func releaseNotifies(t *testing.T, d *Driver, conn *pgx.Conn, name string) bool {
+	t.Helper()
+	ctx := context.Background()
+	g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o", Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.pool.Exec(ctx, "SELECT pg_notify($1, 'sentinel')", d.channel); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := conn.WaitForNotification(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Payload == "sentinel" {
+		return false
+	}
+	if n.Payload != name {
+		t.Fatalf("notification %q, want %q or the sentinel", n.Payload, name)
+	}
+	if n, err := conn.WaitForNotification(wctx); err != nil || n.Payload != "sentinel" {
+		t.Fatalf("after the release's notification: %v, %v; want the sentinel", n, err)
+	}
+	return true
+}
+
+// TestNotifyOnlyWhenWaited: in every mode a release NOTIFYs only while some
+// driver's listener has a subscriber for the name (and for markLinger
+// after the last one left). The old code sent a NOTIFY on every release,
+// which costs the releasing statement a transaction id and its commit and
+// wakes every listening session of the database.
+func TestNotifyOnlyWhenWaited(t *testing.T) {
+	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			h := newTestHarness(t, mode)
+			dn, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dn.Close()
+			wn, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wn.Close()
+			d, w := dn.(*Driver), wn.(*Driver)
+			conn, err := pgx.Connect(ctx, serverURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(d.channel)); err != nil {
+				t.Fatal(err)
+			}
+			name := randomName("notify")
+			if releaseNotifies(t, d, conn, name) {
+				t.Fatal("a release with nobody waiting sent a NOTIFY")
+			}
+			// A subscriber on another driver: the release notifies, and
+			// the subscriber is woken.
+			sub, err := w.Subscribe(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !releaseNotifies(t, d, conn, name) {
+				t.Fatal("a release with a subscriber on another driver sent no NOTIFY")
+			}
+			select {
+			case <-sub.C():
+			case <-time.After(5 * time.Second):
+				t.Fatal("subscriber not woken")
+			}
+			// Another name is not marked by that subscriber.
+			if releaseNotifies(t, d, conn, name+"-other") {
+				t.Fatal("a release of an unwatched name sent a NOTIFY")
+			}
+			_ = sub.Close()
+			// The mark lingers, then goes.
+			testwait.Until(t, markLinger+10*time.Second, "releases to stop notifying once the subscriber left", func() bool {
+				return !releaseNotifies(t, d, conn, name)
+			})
+		})
+	}
+}
+
+// TestSubscribeMarksBeforeReturning: a release right after Subscribe
+// returns is delivered, however the releases and subscriptions interleave:
+// many rounds of subscribe, release on another driver, wait.
+func TestSubscribeMarksBeforeReturning(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeAdvisory)
+	dn, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dn.Close()
+	wn, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wn.Close()
+	d, w := dn.(*Driver), wn.(*Driver)
+	for i := range 50 {
+		name := randomName("mark")
+		g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := make(chan error, 1)
+		go func() {
+			_, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o", Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle})
+			released <- err
+		}()
+		sub, err := w.Subscribe(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Either the lock is free now, or the release that frees it
+		// notifies this subscriber.
+		wg, err := w.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "w", TTL: 10 * time.Second})
+		switch {
+		case err == nil:
+			if _, err := w.Release(ctx, driver.Lease{Name: name, Owner: "w", Token: wg.Token, TTL: 10 * time.Second, Handle: wg.Handle}); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(err, driver.ErrLocked):
+			select {
+			case <-sub.C():
+			case <-time.After(5 * time.Second):
+				t.Fatalf("round %d: refused after Subscribe, and the release was not delivered", i)
+			}
+		default:
+			t.Fatal(err)
+		}
+		if err := <-released; err != nil {
+			t.Fatal(err)
+		}
+		_ = sub.Close()
+	}
+}

@@ -47,15 +47,16 @@ func TestLaneSkipsPool(t *testing.T) {
 	}
 }
 
-// TestLaneIdleGoesThroughPool: once the lane's connection has been idle
-// longer than laneIdle, the next call takes a fresh one from the pool,
-// whose check finds a connection the server closed meanwhile: the call
-// succeeds.
+// TestLaneIdleGoesThroughPool: a call that comes more than laneIdle after
+// the previous one uses the pool, whose check finds a connection the server
+// closed meanwhile (the lane's included): the call succeeds, and the lane
+// gave its connection back.
 func TestLaneIdleGoesThroughPool(t *testing.T) {
 	f := newFixture(t)
 	ctx := ctxT(t)
 	req := driver.AcquireRequest{Name: "lane-idle", Owner: "o", TTL: time.Minute}
-	g, err := f.d.TryAcquire(ctx, req)
+	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
+	g, err := f.d.TryAcquire(ctx, req) // on the lane
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,11 +64,15 @@ func TestLaneIdleGoesThroughPool(t *testing.T) {
 	if err := f.admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.d.lane.mu.Lock()
-	f.d.lane.used = time.Now().Add(-time.Hour)
-	f.d.lane.mu.Unlock()
+	if f.d.lane.conn == nil {
+		t.Fatal("back-to-back calls did not use the lane")
+	}
+	f.d.lane.last.Store(-int64(time.Hour)) // the last call began an hour ago
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
-		t.Fatalf("release over the lane after its connection idled and was closed: %v", err)
+		t.Fatalf("release after the lane's connection idled and was closed: %v", err)
+	}
+	if f.d.lane.conn != nil {
+		t.Fatal("the lane kept its connection after an idle pause")
 	}
 }
 
@@ -78,16 +83,18 @@ func TestLaneDropsBrokenConnection(t *testing.T) {
 	f := newFixture(t)
 	ctx := ctxT(t)
 	req := driver.AcquireRequest{Name: "lane-broken", Owner: "o", TTL: time.Minute}
-	g, err := f.d.TryAcquire(ctx, req)
+	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
+	g, err := f.d.TryAcquire(ctx, req) // on the lane
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := f.admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
 		t.Fatal(err)
 	}
-	f.d.lane.mu.Lock()
-	f.d.lane.used = time.Now().Add(time.Hour) // never idle: the next call uses the closed connection
-	f.d.lane.mu.Unlock()
+	if f.d.lane.conn == nil {
+		t.Fatal("back-to-back calls did not use the lane")
+	}
+	f.d.lane.last.Store(int64(time.Since(f.d.lane.base))) // the next call uses the closed connection
 	if _, err := f.d.Release(ctx, lease(req, g)); err == nil {
 		t.Log("the release over the killed connection succeeded")
 		return // nothing was left to find broken

@@ -243,7 +243,7 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	d := &Driver{client: client, prefix: prefix, plain: plain, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
 		single: single, minReplicas: minReplicas, replicaTimeout: replicaTimeout}
 	if c, ok := client.(*redis.Client); ok && minReplicas == 0 {
-		d.lane = &lane{client: c}
+		d.lane = newLane(c)
 	}
 	return d, nil
 }

@@ -22,9 +22,9 @@
 // once and reports the lock as held (ErrLocked, with a retry hint) or, when
 // fewer than a quorum of nodes answered, as an error. Renewal must reach a
 // quorum, or the lease is not confirmed; release goes to every node. A
-// release waits until every node has answered the acquire (or given up on
-// it), so it cannot overtake a slow node's acquire and leave the lock held
-// there.
+// release goes to each node once that node has answered the acquire (or
+// given up on it), so it cannot overtake a slow node's acquire and leave
+// the lock held there; the nodes that answered are released at once.
 //
 // A grant's validity is its TTL minus a drift margin, measured from when
 // the acquire was sent. The dlock package keeps that deadline, with the
@@ -62,8 +62,10 @@
 // first refusal's time by its own clock, so all nodes order the waiters
 // alike and a free node grants only to the first live waiter: waiters do
 // not split the nodes between them, and a holder asking again goes behind
-// them. A release wakes that waiter only, once a quorum of nodes have
-// published it. The queue keys are redislock's.
+// them. A release wakes that waiter only; its acquire goes to each node as
+// soon as that node's release names it (to all of them once a quorum has
+// been sent to), so no acquire reaches a node ahead of its release. The
+// queue keys are redislock's.
 //
 // # Lock types
 //

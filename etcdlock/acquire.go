@@ -121,30 +121,64 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	if err != nil {
 		return driver.Grant{}, err
 	}
+	var delayLease clientv3.LeaseID
+	if req.LockDelay > 0 {
+		if delayLease, err = d.delayLease(ctx, sess, req.LockDelay); err != nil {
+			return driver.Grant{}, err
+		}
+	}
 	h := d.newHandle(driver.Exclusive, req.Name, sess)
 	pfx := d.queuePrefix(req.Name)
 	guard := d.guardKey(req.Name)
-	resp, sent, err := commitRefreshed(sess, d.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", 0)).
-		Then(clientv3.OpPut(h.key, req.Owner, clientv3.WithLease(sess.id)),
-			clientv3.OpGet(pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
-			clientv3.OpGet(guard)))
+	absent := clientv3.Compare(clientv3.CreateRevision(h.key), "=", 0)
+	look := []clientv3.Op{clientv3.OpPut(h.key, req.Owner, clientv3.WithLease(sess.id)),
+		clientv3.OpGet(pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+		clientv3.OpGet(guard)}
+	txn := d.cli.Txn(ctx)
+	if delayLease != 0 {
+		// With a lock-delay, a free lock (no key under the queue prefix,
+		// no guard) is taken with its guard in one transaction; otherwise
+		// the nested transaction is the plain enqueue, and the guard is
+		// written once the lock is granted (setGuard). Set first: a
+		// discard must delete the guard even if this write's reply is lost.
+		h.delay.Store(int64(req.LockDelay))
+		txn = txn.If(absent,
+			clientv3.Compare(clientv3.CreateRevision(pfx), "=", 0).WithPrefix(),
+			clientv3.Compare(clientv3.CreateRevision(guard), "=", 0)).
+			Then(look[0], clientv3.OpPut(guard, h.key, clientv3.WithLease(delayLease))).
+			Else(clientv3.OpTxn([]clientv3.Cmp{absent}, look, nil))
+	} else {
+		txn = txn.If(absent).Then(look...)
+	}
+	resp, sent, err := commitRefreshed(sess, txn)
 	if err != nil {
-		// The put may have happened: remove it. The slot is this attempt's
-		// alone until then, so whatever is there is ours.
-		d.discard(h, 0)
+		// The put may have happened: remove it (and the guard). The slot is
+		// this attempt's alone until then, so whatever is there is ours.
+		d.discardGuarded(h)
 		return driver.Grant{}, ctxerr.Wrap(ctx, "etcdlock: enqueue", err)
 	}
-	if !resp.Succeeded {
+	h.rev = resp.Header.Revision
+	rev := h.rev
+	if delayLease != 0 && resp.Succeeded {
+		// Free, and taken with its guard.
+		g := d.grant(h, 1, sent)
+		sess.track(h)
+		return g, nil
+	}
+	ok, rs := resp.Succeeded, resp.Responses
+	if delayLease != 0 {
+		h.delay.Store(0) // no guard was written
+		inner := resp.Responses[0].GetResponseTxn()
+		ok, rs = inner.GetSucceeded(), inner.GetResponses()
+	}
+	if !ok {
 		// The key names this driver's lease and a slot not in use: it can
 		// only be the put of an earlier attempt whose outcome was unknown
 		// and that reached the server after its discard looked. Remove it.
 		d.discard(h, 0)
 		return driver.Grant{}, fmt.Errorf("etcdlock: key %q exists already (a late put of an earlier attempt; removed)", h.key)
 	}
-	h.rev = resp.Header.Revision
-	rev := h.rev
-	head := resp.Responses[1].GetResponseRange().Kvs
+	head := rs[1].GetResponseRange().Kvs
 	if prev != nil && prev.sess == sess && len(head) > 0 && string(head[0].Key) == prev.key && head[0].CreateRevision == prev.rev {
 		d.discard(h, rev)
 		return d.grant(prev, 1, sent), nil
@@ -164,7 +198,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 		}
 		first = pred == nil
 	}
-	if !first || blocked(resp.Responses[2].GetResponseRange().Kvs, h.key) {
+	if !first || blocked(rs[2].GetResponseRange().Kvs, h.key) {
 		if !wait {
 			d.discard(h, rev)
 			return driver.Grant{}, &driver.LockedError{}

@@ -7,7 +7,10 @@ package etcdlock
 // queue, <prefix><name>\x00delay, whose value is its own queue key. The guard
 // is bound not to the session lease but to a delay lease of the same driver
 // whose TTL is the session TTL plus the lock-delay (plus one second, for the
-// whole-second rounding). The driver refreshes its delay leases before, and
+// whole-second rounding). A mutex that is free when asked for (no key under
+// its queue prefix, no guard) is taken with its guard in one transaction;
+// one granted otherwise writes its guard once granted (setGuard), in one
+// more request. The driver refreshes its delay leases before, and
 // only together with, its session lease, so a delay lease always outlives the
 // session lease by at least the lock-delay:
 //

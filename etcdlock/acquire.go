@@ -210,7 +210,7 @@ func (d *Driver) enqueue(ctx context.Context, req driver.AcquireRequest, wait bo
 	}
 	if req.LockDelay > 0 {
 		if err := d.setGuard(ctx, h, req.LockDelay); err != nil {
-			d.discard(h, rev)
+			d.discardGuarded(h) // the guard may have been written
 			return driver.Grant{}, err
 		}
 	}

@@ -286,7 +286,7 @@ func (d *Driver) enqueueKind(ctx context.Context, req driver.AcquireRequest, wai
 	}
 	if req.LockDelay > 0 {
 		if err := d.setGuard(ctx, h, req.LockDelay); err != nil {
-			d.discard(h, h.rev)
+			d.discardGuarded(h) // the guard may have been written
 			return driver.Grant{}, err
 		}
 	}

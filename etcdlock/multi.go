@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -101,19 +102,41 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 }
 
 // discardGuarded is discard for a key whose put may have written a
-// lock-delay guard too: the guard goes first (it names the key, so it can
-// only be this attempt's), then the key.
+// lock-delay guard too, or that may have had one written since: the guard
+// goes first (it names the key, so it can only be this attempt's), then the
+// key. A guard left behind would block the lock for as long as its driver
+// keeps the delay lease alive, so a failed delete of it is tried again in
+// the background while the lease lives, like discard's.
 func (d *Driver) discardGuarded(h *handle) {
-	if h.guarded() {
-		guard := d.guardOf(h)
-		ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
-		_, _ = d.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.Value(guard), "=", h.key)).
-			Then(clientv3.OpDelete(guard)).
-			Commit()
-		cancel()
+	if h.guarded() && d.dropGuard(h) != nil {
+		d.bg.Go(func() {
+			delay := 50 * time.Millisecond
+			for {
+				select {
+				case <-d.ctx.Done():
+					return
+				case <-time.After(delay):
+				}
+				if h.sess.Lost() || d.dropGuard(h) == nil {
+					return // a lost session's delay leases are not refreshed either
+				}
+				delay = min(2*delay, 2*time.Second)
+			}
+		})
 	}
 	d.discard(h, 0)
+}
+
+// dropGuard deletes h's lock-delay guard if it names h's key.
+func (d *Driver) dropGuard(h *handle) error {
+	guard := d.guardOf(h)
+	ctx, cancel := context.WithTimeout(d.ctx, cleanupTimeout)
+	defer cancel()
+	_, err := d.cli.Txn(rpcCtx(ctx)).
+		If(clientv3.Compare(clientv3.Value(guard), "=", h.key)).
+		Then(clientv3.OpDelete(guard)).
+		Commit()
+	return err
 }
 
 // multiRefused says why a multi-acquire's compares failed. Each compare

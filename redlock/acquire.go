@@ -52,10 +52,10 @@ func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, scor
 	timeout := d.timeoutFor(req.TTL)
 	ops := d.opsFor(req)
 	if score != 0 && ops.kind == nil {
-		ops.queued(req, score)
+		ops.queued(score)
 	}
 	for try := 1; ; try++ {
-		g, leftovers, err := d.attempt(ctx, req, ops, timeout, start, st)
+		g, leftovers, err := d.attempt(ctx, req, &ops, timeout, start, st)
 		st = nil
 		if !leftovers {
 			return g, err
@@ -78,7 +78,7 @@ const maxLeftoverTries = 3
 // nor reports it, so a token chosen from it could repeat an earlier
 // grant's; attempt then releases everything it got, clears the leftovers,
 // and the caller tries again afresh.
-func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops lockOps, timeout time.Duration, start time.Time, st *stagger) (driver.Grant, bool, error) {
+func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lockOps, timeout time.Duration, start time.Time, st *stagger) (driver.Grant, bool, error) {
 	n := len(d.nodes)
 	var results <-chan result[redisscript.AcquireResult]
 	var late *lateCalls
@@ -88,8 +88,8 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 	} else {
 		results = fanout(d, ctx, timeout, ops.acquire)
 	}
+	got := make([]result[redisscript.AcquireResult], 0, n)
 	var (
-		got              []result[redisscript.AcquireResult]
 		granted, refused int
 		failed           int
 		firstErr         error
@@ -142,11 +142,11 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 		}
 		err := d.fence(ctx, timeout, ops, maxFence, got)
 		if err == nil {
-			ops.book(req, start)
+			d.book(ops, start)
 			if d.gate.Stopped() {
 				return driver.Grant{}, false, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 			}
-			if ops.leave != nil {
+			if ops.isQueued() {
 				// Out of the queue of the nodes that did not grant.
 				var which []int
 				for _, r := range got {
@@ -178,7 +178,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops loc
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redlock: acquire", err)
 	}
 	all := d.undo(ctx, ops, got, results, timeout, false)
-	if ops.mark != nil {
+	if ops.hasMark() {
 		d.markUndone(ctx, ops, all, timeout)
 	}
 	answered := 0
@@ -231,7 +231,7 @@ func liveReentry(got []result[redisscript.AcquireResult], quorum int) (uint64, b
 // the holds left before it on nodes that answered with a re-entry: the
 // owner's lease is not live (see liveReentry), so they are a dead
 // attempt's remains, and the next attempt must find the nodes free.
-func (d *Driver) clearLeftovers(ctx context.Context, ops lockOps, got []result[redisscript.AcquireResult], timeout time.Duration) {
+func (d *Driver) clearLeftovers(ctx context.Context, ops *lockOps, got []result[redisscript.AcquireResult], timeout time.Duration) {
 	var which []int
 	holds := map[int]int{}
 	for _, r := range got {
@@ -315,7 +315,7 @@ const foreignHolder = "\x00foreign"
 // it. Nodes still busy with the acquire are left alone: a write-back that
 // overtook its acquire there would make that node's grant count from the
 // token. Lagging nodes get the token in the background either way.
-func (d *Driver) fence(ctx context.Context, timeout time.Duration, ops lockOps, token uint64, got []result[redisscript.AcquireResult]) error {
+func (d *Driver) fence(ctx context.Context, timeout time.Duration, ops *lockOps, token uint64, got []result[redisscript.AcquireResult]) error {
 	have := 0
 	var lagging []int
 	for _, r := range got {
@@ -341,7 +341,7 @@ func (d *Driver) fence(ctx context.Context, timeout time.Duration, ops lockOps, 
 
 // writeFence raises the fencing counter to token on the nodes listed and
 // returns once need of them have it.
-func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, ops lockOps, token uint64, nodes []int, need int) error {
+func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, ops *lockOps, token uint64, nodes []int, need int) error {
 	results := fanoutTo(d, ctx, timeout, nodes, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, ops.fence(ctx, n, token)
 	})
@@ -370,7 +370,7 @@ func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, ops lock
 // node's result. The releases publish nothing unless publish is set (the
 // attempt reached a quorum, so others may have seen it as a holder): a
 // failed attempt's partial grants are nobody's release to wait for.
-func (d *Driver) undo(ctx context.Context, ops lockOps, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, publish bool) []result[redisscript.AcquireResult] {
+func (d *Driver) undo(ctx context.Context, ops *lockOps, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, publish bool) []result[redisscript.AcquireResult] {
 	for len(got) < len(d.nodes) {
 		got = append(got, <-rest)
 	}
@@ -387,7 +387,7 @@ func (d *Driver) undo(ctx context.Context, ops lockOps, got []result[redisscript
 	defer cancel()
 	redisscript.OnEach(which, func(i int) error {
 		_, _, err := ops.release(rctx, d.nodes[i], publish)
-		if ops.requeue != nil {
+		if ops.isQueued() {
 			// The grant took the waiter out of this node's queue: its
 			// place is kept (same score), so that the nodes keep ordering
 			// the waiters alike.
@@ -400,7 +400,7 @@ func (d *Driver) undo(ctx context.Context, ops lockOps, got []result[redisscript
 
 // leaveNodes takes a granted waiter out of the queues of the nodes listed,
 // best effort, detached from ctx's end.
-func (d *Driver) leaveNodes(ctx context.Context, ops lockOps, which []int, timeout time.Duration) {
+func (d *Driver) leaveNodes(ctx context.Context, ops *lockOps, which []int, timeout time.Duration) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	redisscript.OnEach(which, func(i int) error { return ops.leave(rctx, d.nodes[i]) })

@@ -41,36 +41,55 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 // fanoutInto is fanoutTo sending the results to out, which must have room
 // for them.
 func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
+	calls := len(which)
 	if which == nil {
-		which = make([]int, len(d.nodes))
-		for i := range which {
-			which[i] = i
-		}
+		calls = len(d.nodes)
 	}
-	d.gate.Add(len(which))
-	// One deadline for all the node calls (they start together): one
-	// timer rather than one per node.
-	nctx, cancel := context.WithTimeout(ctx, timeout)
-	if len(which) == 0 {
-		cancel()
+	if calls == 0 {
 		return
 	}
-	pending := &pendingCalls{cancel: cancel}
-	pending.left.Store(int32(len(which)))
-	for _, i := range which {
-		n := d.nodes[i]
-		go func() {
-			defer d.gate.Done()
-			v, err := fn(nctx, n)
-			// A late answer still counts: validity is measured by the
-			// dlock package, from the send.
-			if err != nil && nctx.Err() != nil && ctx.Err() == nil {
-				err = fmt.Errorf("no answer within the %v node timeout: %w", timeout, err)
-			}
-			pending.done()
-			out <- result[T]{i: i, v: v, err: err}
-		}()
+	d.gate.Add(calls)
+	// One deadline for all the node calls (they start together): one
+	// timer rather than one per node. The calls share one record, so
+	// that each goroutine captures little.
+	nctx, cancel := context.WithTimeout(ctx, timeout)
+	f := &fanCall[T]{d: d, ctx: ctx, nctx: nctx, cancel: cancel, timeout: timeout, fn: fn, out: out}
+	f.left.Store(int32(calls))
+	if which == nil {
+		for i := range d.nodes {
+			go f.run(i)
+		}
+		return
 	}
+	for _, i := range which {
+		go f.run(i)
+	}
+}
+
+// fanCall is one fan-out's shared state.
+type fanCall[T any] struct {
+	d         *Driver
+	ctx, nctx context.Context
+	cancel    context.CancelFunc
+	timeout   time.Duration
+	fn        func(ctx context.Context, n *node) (T, error)
+	out       chan<- result[T]
+	left      atomic.Int32 // calls still running; the last cancels nctx
+}
+
+// run is the call on node i.
+func (f *fanCall[T]) run(i int) {
+	defer f.d.gate.Done()
+	v, err := f.fn(f.nctx, f.d.nodes[i])
+	// A late answer still counts: validity is measured by the
+	// dlock package, from the send.
+	if err != nil && f.nctx.Err() != nil && f.ctx.Err() == nil {
+		err = fmt.Errorf("no answer within the %v node timeout: %w", f.timeout, err)
+	}
+	if f.left.Add(-1) == 0 {
+		f.cancel()
+	}
+	f.out <- result[T]{i: i, v: v, err: err}
 }
 
 // stagger is how a woken waiter's attempt reaches the nodes: at once on
@@ -97,7 +116,7 @@ type lateCalls struct {
 
 // launchEarly sends st's attempt to st.first, and returns what sends the
 // rest.
-func (d *Driver) launchEarly(ctx context.Context, ops lockOps, timeout time.Duration, st *stagger) *lateCalls {
+func (d *Driver) launchEarly(ctx context.Context, ops *lockOps, timeout time.Duration, st *stagger) *lateCalls {
 	all := uint64(1)<<len(d.nodes) - 1
 	l := &lateCalls{out: make(chan result[redisscript.AcquireResult], len(d.nodes)), late: all &^ st.first, w: st.w}
 	fanoutInto(d, ctx, timeout, nodesOf(st.first), ops.acquire, l.out)
@@ -113,7 +132,7 @@ const maxStagger = queueWait / 6
 // next returns the next node's answer, sending to the late nodes as they
 // become free (or all of them once a quorum was sent to, or the node
 // timeout passed, or ctx ended, or Close began).
-func (l *lateCalls) next(d *Driver, ctx context.Context, ops lockOps, timeout time.Duration) result[redisscript.AcquireResult] {
+func (l *lateCalls) next(d *Driver, ctx context.Context, ops *lockOps, timeout time.Duration) result[redisscript.AcquireResult] {
 	for l.late != 0 {
 		select {
 		case r := <-l.out:
@@ -141,7 +160,7 @@ func (l *lateCalls) next(d *Driver, ctx context.Context, ops lockOps, timeout ti
 }
 
 // launchRest sends to every node not sent to yet.
-func (l *lateCalls) launchRest(d *Driver, ctx context.Context, ops lockOps, timeout time.Duration) {
+func (l *lateCalls) launchRest(d *Driver, ctx context.Context, ops *lockOps, timeout time.Duration) {
 	if l.late != 0 {
 		fanoutInto(d, ctx, timeout, nodesOf(l.late), ops.acquire, l.out)
 		l.late = 0
@@ -164,19 +183,25 @@ func nodesOf(m uint64) []int {
 // that returned early (on a quorum, got being the answers so far) answer;
 // each node's channel is closed as its answer arrives, and h.settled is
 // dropped after the last. It must be called inside an admitted call; Close
-// waits for it. A queued waiter (ops.leave set) leaves the queue of the
+// waits for it. A queued waiter (ops.isQueued()) leaves the queue of the
 // late nodes that did not grant.
-func (d *Driver) settle(ctx context.Context, h *handle, ops lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult]) {
+func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult]) {
 	pending := len(d.nodes) - len(got)
 	if pending == 0 {
 		return
 	}
+	// A channel only for the nodes still answering (answered marks the
+	// others meanwhile).
 	s := &settling{nodes: make([]chan struct{}, len(d.nodes))}
-	for i := range s.nodes {
-		s.nodes[i] = make(chan struct{})
-	}
 	for _, r := range got {
-		s.nodes[r.i] = nil
+		s.nodes[r.i] = answered
+	}
+	for i, c := range s.nodes {
+		if c == answered {
+			s.nodes[i] = nil
+		} else {
+			s.nodes[i] = make(chan struct{})
+		}
 	}
 	h.settled.Store(s)
 	d.gate.Add(1)
@@ -191,21 +216,12 @@ func (d *Driver) settle(ctx context.Context, h *handle, ops lockOps, timeout tim
 			}
 		}
 		h.settled.Store(nil)
-		if ops.leave != nil && len(leave) > 0 {
+		if ops.isQueued() && len(leave) > 0 {
 			d.leaveNodes(ctx, ops, leave, timeout)
 		}
 	}()
 }
 
-// pendingCalls cancels a fan-out's shared deadline when its last call
-// returns.
-type pendingCalls struct {
-	left   atomic.Int32
-	cancel context.CancelFunc
-}
-
-func (p *pendingCalls) done() {
-	if p.left.Add(-1) == 0 {
-		p.cancel()
-	}
-}
+// answered stands, while settle builds a settling, for a node that has
+// answered.
+var answered = make(chan struct{})

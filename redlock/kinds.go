@@ -34,33 +34,28 @@ func (d *Driver) SupportsKind(k driver.Kind) bool {
 
 // lockOps are one lock's per-node operations (a mutex, or one side of a
 // read/write lock), so that one Redlock acquire, undo, fence write-back and
-// release serve every kind.
+// release serve every kind. They are plain data with methods, not closures:
+// an uncontended Lock+Unlock builds them twice, and closures each capturing
+// the keys and the request cost ≈1 KB of heap per Lock+Unlock.
 type lockOps struct {
 	keys redisscript.Keys      // a mutex's keys (Exclusive)
 	ref  *redisscript.Ref      // the same, in the compact form a grant keeps (nil for a kind)
 	kind *redisscript.KindKeys // a kind's keys (nil for a mutex)
 	id   string                // the grant's key in the driver's book
-
-	acquire func(ctx context.Context, n *node) (redisscript.AcquireResult, error)
-	fence   func(ctx context.Context, n *node, token uint64) error
-	release func(ctx context.Context, n *node, publish bool) (remaining int, held bool, err error)
-	// mark, if not nil, leaves a waiting writer's mark on a node.
-	mark func(ctx context.Context, n *node) error
-	// requeue and leave, set for a queued waiter (see queued), put it back
-	// in a node's queue at its score after an undo released that node's
-	// grant (which took it out), and take it out of a node's queue after
-	// a quorum granted it.
-	requeue, leave func(ctx context.Context, n *node) error
-	book           func(req driver.AcquireRequest, start time.Time)
+	req  driver.AcquireRequest // Owner, TTL and LockDelay (and a kind's request)
+	// score, if not zero, is a queued mutex waiter's (see queued).
+	score int64
+	// markTTL, if not zero, is how long a waiting writer's mark lasts (see
+	// hasMark).
+	markTTL time.Duration
 }
 
 // opsFor returns the operations of req's lock.
 func (d *Driver) opsFor(req driver.AcquireRequest) lockOps {
 	if req.Kind == driver.Exclusive {
-		r := redisscript.RefFor(d.prefix, req.Name)
-		return d.mutexOps(&r, req.Owner, req)
+		return d.mutexOps(redisscript.RefFor(d.prefix, req.Name), req)
 	}
-	return d.kindOps(redisscript.KindKeysFor(d.prefix, req.Name, req.Kind), req.Owner, req)
+	return d.kindOps(redisscript.KindKeysFor(d.prefix, req.Name, req.Kind), req)
 }
 
 // opsForLease returns the operations of l's lock, from its handle when it
@@ -70,86 +65,109 @@ func (d *Driver) opsForLease(l driver.Lease) lockOps {
 	h, _ := l.Handle.(*handle)
 	if l.Kind == driver.Exclusive {
 		if h != nil && h.ref != nil {
-			return d.mutexOps(h.ref, l.Owner, req)
+			return d.mutexOpsRef(h.ref, req)
 		}
-		r := redisscript.RefFor(d.prefix, l.Name)
-		return d.mutexOps(&r, l.Owner, req)
+		return d.mutexOps(redisscript.RefFor(d.prefix, l.Name), req)
 	}
 	if h != nil && h.kind != nil && h.kind.Kind == l.Kind {
-		return d.kindOps(*h.kind, l.Owner, req)
+		return d.kindOps(*h.kind, req)
 	}
-	return d.kindOps(redisscript.KindKeysFor(d.prefix, l.Name, l.Kind), l.Owner, req)
+	return d.kindOps(redisscript.KindKeysFor(d.prefix, l.Name, l.Kind), req)
 }
 
-// mutexOps are the operations of the mutex whose keys ref holds; a grant's
-// handle and the book of grants keep ref itself (which must not change).
-func (d *Driver) mutexOps(ref *redisscript.Ref, owner string, req driver.AcquireRequest) lockOps {
+// mutexOps are the operations of the mutex whose keys r holds.
+func (d *Driver) mutexOps(r redisscript.Ref, req driver.AcquireRequest) lockOps {
+	return d.mutexOpsRef(&r, req)
+}
+
+// mutexOpsRef are the operations of the mutex whose keys ref holds; a
+// grant's handle and the book of grants keep ref itself (which must not
+// change).
+func (d *Driver) mutexOpsRef(ref *redisscript.Ref, req driver.AcquireRequest) lockOps {
 	k := ref.Keys()
-	quiet := k
-	quiet.Channel = ""
-	return lockOps{
-		keys: k,
-		ref:  ref,
-		id:   k.Lock,
-		acquire: func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
-			return redisscript.Acquire(ctx, n.client, k, owner, req.TTL, req.LockDelay)
-		},
-		fence: func(ctx context.Context, n *node, token uint64) error {
-			return redisscript.WriteFence(ctx, n.client, k, owner, token)
-		},
-		release: func(ctx context.Context, n *node, publish bool) (int, bool, error) {
-			if publish {
-				return redisscript.Release(ctx, n.client, k, owner, 0)
-			}
-			return redisscript.Release(ctx, n.client, quiet, owner, 0)
-		},
-		book: func(req driver.AcquireRequest, start time.Time) { d.grants.GrantedRef(ref, owner, req.TTL, start) },
-	}
+	return lockOps{keys: k, ref: ref, id: k.Lock, req: req}
 }
 
 // queued turns a mutex's ops into those of a waiter queued at score: a
-// refusal queues it there (or renews its entry) in the same call.
-func (ops *lockOps) queued(req driver.AcquireRequest, score int64) {
-	k := ops.keys
-	owner := req.Owner
-	ops.acquire = func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
-		return acquireWaiting(ctx, n.client, k, owner, req.TTL, req.LockDelay, score)
-	}
-	ops.requeue = func(ctx context.Context, n *node) error {
-		return redisscript.Enqueue(ctx, n.client, k, owner, score, queueWait)
-	}
-	ops.leave = func(ctx context.Context, n *node) error {
-		return redisscript.Leave(ctx, n.client, k, owner)
+// refusal queues it there (or renews its entry) in the same call, and
+// requeue and leave apply.
+func (ops *lockOps) queued(score int64) { ops.score = score }
+
+// acquire runs the acquire script on n.
+func (ops *lockOps) acquire(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
+	switch {
+	case ops.kind != nil:
+		r, err := redisscript.AcquireKind(ctx, n.client, *ops.kind, ops.req, ops.markTTL)
+		return r.AcquireResult, err
+	case ops.score != 0:
+		return acquireWaiting(ctx, n.client, ops.keys, ops.req.Owner, ops.req.TTL, ops.req.LockDelay, ops.score)
+	default:
+		return redisscript.Acquire(ctx, n.client, ops.keys, ops.req.Owner, ops.req.TTL, ops.req.LockDelay)
 	}
 }
 
-func (d *Driver) kindOps(kk redisscript.KindKeys, owner string, req driver.AcquireRequest) lockOps {
-	quiet := kk
-	quiet.Channel = ""
-	var mark time.Duration
+// fence raises n's fencing counter (and the holder's token) to token.
+func (ops *lockOps) fence(ctx context.Context, n *node, token uint64) error {
+	if ops.kind != nil {
+		return redisscript.WriteFenceKind(ctx, n.client, *ops.kind, ops.req.Owner, token)
+	}
+	return redisscript.WriteFence(ctx, n.client, ops.keys, ops.req.Owner, token)
+}
+
+// release releases one hold on n; it publishes the release only if
+// publish is set.
+func (ops *lockOps) release(ctx context.Context, n *node, publish bool) (remaining int, held bool, err error) {
+	if ops.kind != nil {
+		kk := *ops.kind
+		if !publish {
+			kk.Channel = ""
+		}
+		return redisscript.ReleaseKind(ctx, n.client, kk, ops.req.Owner, 0)
+	}
+	k := ops.keys
+	if !publish {
+		k.Channel = ""
+	}
+	return redisscript.Release(ctx, n.client, k, ops.req.Owner, 0)
+}
+
+// hasMark reports whether the ops are a waiting writer's, which leaves a
+// mark on the nodes (see mark).
+func (ops *lockOps) hasMark() bool { return ops.markTTL > 0 }
+
+// mark leaves a waiting writer's mark on n.
+func (ops *lockOps) mark(ctx context.Context, n *node) error {
+	return redisscript.Mark(ctx, n.client, *ops.kind, ops.req.Owner, ops.markTTL)
+}
+
+// isQueued reports whether the ops are a queued mutex waiter's, for which
+// requeue and leave apply.
+func (ops *lockOps) isQueued() bool { return ops.kind == nil && ops.score != 0 }
+
+// requeue puts a queued waiter back in n's queue at its score after an
+// undo released n's grant (which took it out).
+func (ops *lockOps) requeue(ctx context.Context, n *node) error {
+	return redisscript.Enqueue(ctx, n.client, ops.keys, ops.req.Owner, ops.score, queueWait)
+}
+
+// leave takes a queued waiter out of n's queue after a quorum granted it.
+func (ops *lockOps) leave(ctx context.Context, n *node) error {
+	return redisscript.Leave(ctx, n.client, ops.keys, ops.req.Owner)
+}
+
+// book records the grant, started at start, in the driver's book.
+func (d *Driver) book(ops *lockOps, start time.Time) {
+	if ops.kind != nil {
+		d.grants.GrantedKind(*ops.kind, ops.req.Owner, ops.req.TTL, start)
+		return
+	}
+	d.grants.GrantedRef(ops.ref, ops.req.Owner, ops.req.TTL, start)
+}
+
+func (d *Driver) kindOps(kk redisscript.KindKeys, req driver.AcquireRequest) lockOps {
+	ops := lockOps{kind: &kk, id: kk.ID(), req: req}
 	if req.Kind == driver.Write && req.Waiting {
-		mark = req.TTL
-	}
-	ops := lockOps{
-		kind: &kk,
-		id:   kk.ID(),
-		acquire: func(ctx context.Context, n *node) (redisscript.AcquireResult, error) {
-			r, err := redisscript.AcquireKind(ctx, n.client, kk, req, mark)
-			return r.AcquireResult, err
-		},
-		fence: func(ctx context.Context, n *node, token uint64) error {
-			return redisscript.WriteFenceKind(ctx, n.client, kk, owner, token)
-		},
-		release: func(ctx context.Context, n *node, publish bool) (int, bool, error) {
-			if publish {
-				return redisscript.ReleaseKind(ctx, n.client, kk, owner, 0)
-			}
-			return redisscript.ReleaseKind(ctx, n.client, quiet, owner, 0)
-		},
-		book: func(req driver.AcquireRequest, start time.Time) { d.grants.GrantedKind(kk, owner, req.TTL, start) },
-	}
-	if mark > 0 {
-		ops.mark = func(ctx context.Context, n *node) error { return redisscript.Mark(ctx, n.client, kk, owner, mark) }
+		ops.markTTL = req.TTL
 	}
 	return ops
 }
@@ -157,7 +175,7 @@ func (d *Driver) kindOps(kk redisscript.KindKeys, owner string, req driver.Acqui
 // markUndone leaves a refused waiting writer's mark on the nodes that
 // granted it before the undo (the nodes that refused it marked it
 // themselves), so that new readers are held back on every node.
-func (d *Driver) markUndone(ctx context.Context, ops lockOps, all []result[redisscript.AcquireResult], timeout time.Duration) {
+func (d *Driver) markUndone(ctx context.Context, ops *lockOps, all []result[redisscript.AcquireResult], timeout time.Duration) {
 	var which []int
 	for _, r := range all {
 		if r.err == nil && r.v.Granted {

@@ -44,7 +44,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		return d.acquireKind(ctx, req)
 	}
 	k := redisscript.KeysFor(d.prefix, req.Name)
-	w := newWaiter()
+	var w *waiter // made at the first refusal (or listen)
 	var (
 		score     int64 // not zero once the waiter queues
 		listening bool
@@ -58,6 +58,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	if d.listened(k.Channel) {
 		// Waiters of this lock are around (or were, a moment ago): queue
 		// at once, already listening.
+		w = newWaiter()
 		if _, err := d.listen(ctx, k.Channel, req.Owner, w); err == nil {
 			listening = true
 			score = time.Now().UnixMilli()
@@ -82,6 +83,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			return driver.Grant{}, err
 		}
 		if !listening {
+			if w == nil {
+				w = newWaiter()
+			}
 			fresh, err := d.listen(ctx, k.Channel, req.Owner, w)
 			if err == nil {
 				listening = true

@@ -42,11 +42,10 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					var n *bool
 					return conn.QueryRow(ctx, q.leaseRelease, bareName, "o", fence, d.channel, WaitKey(bareName)).Scan(&rem, &n)
 				case ModeAdvisory:
-					var ok bool
 					var fence int64
 					var old string
 					k := AdvisoryKey(bareName)
-					if err := conn.QueryRow(ctx, q.advisoryAcquire, k, bareName, "o", "30000").Scan(&ok, &fence, &old); err != nil {
+					if err := conn.QueryRow(ctx, q.advisoryAcquire, k, bareName, "o", "30000").Scan(&fence, &old, nil); err != nil {
 						return err
 					}
 					var n *bool

@@ -19,7 +19,11 @@
 // deadline, all decided by the server's now(). A grant is one
 // INSERT … ON CONFLICT … DO UPDATE … WHERE <free or ours> RETURNING; the row is
 // never deleted, so its fence counter only grows. Renewal of all of a driver's
-// leases is one UPDATE … FROM unnest(…) per tick. A release NOTIFYs waiters.
+// leases is one UPDATE … FROM unnest(…) per tick. A release NOTIFYs waiters
+// when there are any: a driver's LISTEN session marks the names it has
+// subscribers for with a shared advisory lock on WaitKey(name), and a
+// release, in every mode, NOTIFYs only when it cannot take that key
+// exclusively.
 //
 // ModeAdvisory takes pg_try_advisory_lock on a 64-bit hash of the name on a
 // connection pinned from the pool for as long as the lock is held; the lock

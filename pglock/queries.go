@@ -107,28 +107,19 @@ FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[]) AS
 WHERE l.name = x.name AND l.owner = x.owner AND l.fence = x.fence AND l.count > 0 AND l.lock_until > now()
 RETURNING l.name, l.owner, l.fence`)
 
-	// The advisory lock is taken first; only if it was granted does the
-	// same statement bump the name's fence counter, and that increment
-	// commits (autocommit) before the grant is reported. The bump is a
-	// plain UPDATE of the name's row (cheaper than an upsert); fence 0 with
-	// the lock granted means the row is missing, and fenceBump then creates
-	// it on the same session, before the grant is reported.
-	q.advisoryAcquire = r.Replace(`WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
-s AS MATERIALIZED (
-	SELECT current_setting('idle_session_timeout') AS old, set_config('idle_session_timeout', $4, false) AS new
-	FROM g WHERE g.ok),
-f AS (
-	UPDATE $T AS l SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = $3, version = l.version + 1
-	FROM g WHERE g.ok AND l.name = $2
-	RETURNING l.fence)
-SELECT g.ok, COALESCE((SELECT fence FROM f), 0), COALESCE((SELECT old FROM s), '') FROM g`)
+	// One statement: the advisory lock is tried first (an InitPlan, run
+	// once, before anything is written); only if it was granted does the
+	// SELECT yield the row that the upsert then writes: the name's fence
+	// counter bumped (its row created with fence 1 on first use), and that
+	// commits (autocommit) before the grant is reported. No row back means
+	// the lock is held elsewhere. The session's idle timeout is read and
+	// armed in the same statement, only when granted.
+	acquire := `INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 WHERE (SELECT pg_try_advisory_lock($1))
+ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
+RETURNING l.fence, `
+	q.advisoryAcquire = r.Replace(acquire + `current_setting('idle_session_timeout'), set_config('idle_session_timeout', $4, false)`)
 	// Before PostgreSQL 14 there is no idle_session_timeout.
-	q.advisoryAcquire13 = r.Replace(`WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock($1) AS ok),
-f AS (
-	UPDATE $T AS l SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = $3, version = l.version + 1
-	FROM g WHERE g.ok AND l.name = $2
-	RETURNING l.fence)
-SELECT g.ok, COALESCE((SELECT fence FROM f), 0), '' FROM g`)
+	q.advisoryAcquire13 = r.Replace(acquire + `'', ''`)
 	// One column: false when the session held no such lock, else true if
 	// it notified and NULL if nobody waits. The CASE gives the lock up
 	// before it looks for waiters, so a waiter that marks itself after

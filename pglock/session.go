@@ -115,41 +115,33 @@ var _ sqlcommon.SessionSQL[*pinned] = advisory{}
 func (advisory) Abort(c *pinned) { abort(c, "SELECT pg_advisory_unlock_all()") }
 
 // Lock implements sqlcommon.SessionSQL: it tries the advisory lock and, if
-// granted, bumps the fence in the same autocommitted statement (in a second
-// one on the same session the first time a name is used, to create its
-// row).
+// granted, bumps the fence (creating the name's row on first use) and arms
+// the session's idle timeout, in the same autocommitted statement.
 func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest) (bool, uint64, error) {
 	if req.Kind != driver.Exclusive {
 		return a.lockKind(ctx, c, req)
 	}
-	name, owner := req.Name, req.Owner
 	var (
-		ok    bool
 		fence int64
 		old   string
 	)
 	var row pgx.Row
 	if a.pgVer >= 140000 {
-		row = c.QueryRow(ctx, a.q.advisoryAcquire, c.key, name, owner, c.timeoutMS)
+		row = c.QueryRow(ctx, a.q.advisoryAcquire, c.key, req.Name, req.Owner, c.timeoutMS)
 	} else {
-		row = c.QueryRow(ctx, a.q.advisoryAcquire13, c.key, name, owner)
+		row = c.QueryRow(ctx, a.q.advisoryAcquire13, c.key, req.Name, req.Owner)
 	}
-	if err := row.Scan(&ok, &fence, &old); err != nil {
+	if err := row.Scan(&fence, &old, nil); err != nil {
+		if isNoRows(err) {
+			return false, 0, nil // held by another session
+		}
 		return false, 0, err
 	}
 	c.oldTimeout = old
-	if ok && fence == 0 {
-		// The name has no row yet: create it with its first increment, on
-		// the pinned session that holds the lock (a session that died
-		// since cannot run it, so no later holder's token is smaller).
-		if err := c.QueryRow(ctx, a.q.fenceBump, name, owner).Scan(&fence); err != nil {
-			return false, 0, err
-		}
-	}
-	if ok && a.testHookLocked != nil {
+	if a.testHookLocked != nil {
 		a.testHookLocked(ctx, c)
 	}
-	return ok, uint64(fence), nil
+	return true, uint64(fence), nil
 }
 
 // Unlock implements sqlcommon.SessionSQL: pg_advisory_unlock, a NOTIFY to

@@ -3,16 +3,20 @@ package redlock
 import (
 	"context"
 	"runtime"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // BenchmarkDriverAllocs3 is a bare driver's uncontended Acquire+Release of
-// one mutex on 3 nodes, reporting allocs/op and B/op: the client-side cost
-// of the uncontended path (go-redis's included).
+// one mutex on 3 nodes, reporting allocs/op, B/op and the test process's
+// CPU time per op (cpu-µs/op): the client-side cost of the uncontended path
+// (go-redis's included).
 func BenchmarkDriverAllocs3(b *testing.B) {
 	srvs := testserver.RedisN(b, 3, nil)
 	ctx := context.Background()
@@ -37,9 +41,21 @@ func BenchmarkDriverAllocs3(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	for range b.N {
 		op()
 	}
+	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/1000/float64(b.N), "cpu-µs/op")
+}
+
+// processCPU is the CPU time (user and system) the test process used so
+// far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestUncontendedAllocs guards the client-side cost of an uncontended
@@ -89,3 +105,52 @@ const (
 	maxUncontendedAllocs = 140
 	maxUncontendedBytes  = 7800
 )
+
+// workerGoroutines counts the goroutines running or idle in Driver.work.
+func workerGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	return strings.Count(string(buf), "redlock.(*Driver).work(")
+}
+
+// TestNodeCallsReuseWorkers: sequential Acquire+Release calls run their
+// node calls on a few long-lived worker goroutines (whose stacks have grown
+// already) instead of a new goroutine per node call, and Close stops the
+// idle workers.
+func TestNodeCallsReuseWorkers(t *testing.T) {
+	srvs := testserver.RedisN(t, 3, nil)
+	ctx := context.Background()
+	d, err := openTest(ctx, redlockURL(srvs, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	before := workerGoroutines()
+	req := driver.AcquireRequest{Name: "reuse-workers", Owner: "owner", TTL: 30 * time.Second}
+	for range 100 {
+		g, err := d.Acquire(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := driver.Lease{Name: req.Name, Owner: req.Owner, TTL: req.TTL, Token: g.Token, Handle: g.Handle}
+		if _, err := d.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 600 node calls, at most 6 at a time (a release may overlap the
+	// slowest node's acquire).
+	if n := workerGoroutines() - before; n < 1 || n > 12 {
+		t.Fatalf("%d worker goroutines after 100 Acquire+Release on 3 nodes, want 1 to 12", n)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 5*time.Second, "Close stops the idle workers", func() bool { return workerGoroutines() == before })
+}

@@ -145,8 +145,13 @@ type Driver struct {
 	seen      dedupe             // release messages already delivered
 	listeners listeners          // the channels waiting Locks listen on
 	closing   chan struct{}      // closed when Close begins
-	closeOnce sync.Once
-	closeErr  error
+	// workers hands node calls to idle worker goroutines (see spawn);
+	// stopWorkers, closed when Close ends, stops them.
+	workers     chan func()
+	stopWorkers chan struct{}
+	stopOnce    sync.Once
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 type node struct {
@@ -178,7 +183,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, openurl.Invalid("clients", "redlock: no clients")
 	}
-	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{})}
+	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{}), workers: make(chan func()), stopWorkers: make(chan struct{})}
 	d.seen.quorum = d.quorum
 	if o != nil {
 		if o.KeyPrefix != "" {
@@ -283,6 +288,7 @@ func (d *Driver) Close() error {
 				}
 			}
 		}
+		d.stopWorkersOnce()
 	})
 	return d.closeErr
 }
@@ -297,4 +303,10 @@ func (d *Driver) kill() {
 	d.gate.Stop()
 	d.closeListeners()
 	d.grants.Forget()
+	d.stopWorkersOnce()
+}
+
+// stopWorkersOnce stops the idle worker goroutines (see spawn).
+func (d *Driver) stopWorkersOnce() {
+	d.stopOnce.Do(func() { close(d.stopWorkers) })
 }

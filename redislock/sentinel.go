@@ -135,6 +135,7 @@ func parseSentinelURL(u *url.URL) (*redis.FailoverOptions, *Options, error) {
 	}
 	fo.ContextTimeoutEnabled = true
 	fo.DialerRetries = 1 // see parseURL
+	fo.ReadBufferSize, fo.WriteBufferSize = connBuffer, connBuffer
 	if !retries {
 		fo.MaxRetries = -1 // see parseURL
 	}

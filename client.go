@@ -41,8 +41,14 @@ type Client struct {
 	reaper  sleeper
 	// lostWatch holds one goroutine per distinct driver loss channel
 	// (usually one per session), not one per lease; it stops when its last
-	// lease ends.
+	// lease ends, except the one of idleLost.
 	lostWatch map[<-chan struct{}]*lostWatcher
+	// idleLost is the loss channel whose last lease ended most recently:
+	// its watcher is kept (in lostWatch, with no lease) for the next grant
+	// on the same channel, so that Lock+Unlock cycles on one session do not
+	// start a goroutine and wake it to stop each time. It stops when another
+	// channel's watcher goes idle, when its channel closes, or on Close.
+	idleLost <-chan struct{}
 	// retries holds the releases whose outcome was unknown and that are
 	// being retried in the background (see retryRelease).
 	retries map[*releaseRetry]struct{}
@@ -372,6 +378,9 @@ func (c *Client) register(l *Lease, lost <-chan struct{}, cause func() error) bo
 	}
 	if lost != nil {
 		w, ok := c.lostWatch[lost]
+		if lost == c.idleLost {
+			c.idleLost = nil
+		}
 		if !ok {
 			w = &lostWatcher{leases: map[*Lease]func() error{}, stop: make(chan struct{})}
 			c.lostWatch[lost] = w
@@ -402,9 +411,14 @@ func (c *Client) unregister(l *Lease) {
 	for lost, w := range c.lostWatch {
 		if _, ok := w.leases[l]; ok {
 			delete(w.leases, l)
-			if len(w.leases) == 0 {
-				delete(c.lostWatch, lost)
-				close(w.stop)
+			if len(w.leases) == 0 && lost != c.idleLost {
+				// Kept for the next grant on lost; the watcher idle
+				// before, if any, stops.
+				if old := c.idleLost; old != nil {
+					close(c.lostWatch[old].stop)
+					delete(c.lostWatch, old)
+				}
+				c.idleLost = lost
 			}
 			return
 		}
@@ -442,6 +456,14 @@ func (c *Client) watchLost(lost <-chan struct{}, w *lostWatcher) {
 		cause func() error
 	}
 	c.mu.Lock()
+	// The watcher ends here: a grant bound to lost from now on gets a new
+	// one, which sees lost closed at once.
+	if c.lostWatch[lost] == w {
+		delete(c.lostWatch, lost)
+	}
+	if c.idleLost == lost {
+		c.idleLost = nil
+	}
 	ls := make([]bound, 0, len(w.leases))
 	for l, cause := range w.leases {
 		ls = append(ls, bound{l, cause})

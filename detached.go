@@ -3,30 +3,32 @@ package dlock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // detachedCtx is what context.WithTimeout(context.WithoutCancel(ctx), d)
-// gives, made lazily: its timer and Done channel exist only once something
-// asks for Done, so that a release or renewal call on a driver that never
-// does (memlock, SQLite) costs one allocation rather than four. Its parent is
-// never cancelled (its Done is nil), so only its deadline and stop end it.
+// gives, made lazily: the timer context behind it (inner) exists only once
+// something asks for Done, so that a release or renewal call on a driver
+// that never does (memlock, SQLite) costs one allocation rather than four.
+// Its parent is never cancelled (its Done is nil), so only its deadline and
+// stop end it.
+//
+// Once inner exists, Value answers from it, so that the context package
+// recognises a context derived from x, even through values layered over x (a
+// gRPC or etcd client adds its metadata that way), as a child of inner's
+// cancelCtx: it registers the child there instead of starting a goroutine
+// per derived context to watch Done, which a network driver would otherwise
+// pay on every request (TestDriverCtxNoGoroutine).
 type detachedCtx struct {
 	context.Context // the caller's values; never cancelled
 	deadline        time.Time
 
 	mu     sync.Mutex
-	err    error         // set when it ends: DeadlineExceeded, or Canceled by stop
-	done   chan struct{} // made by the first Done
-	timer  *time.Timer   // ends it at the deadline, once done is made
-	afters []*detachedAfter
-}
-
-// detachedAfter is a function AfterFunc arranged to run when the context
-// ends.
-type detachedAfter struct {
-	f       func()
-	stopped bool
+	err    error              // set when it ends before inner is made
+	inner  context.Context    // WithDeadline(Context, deadline), made by the first Done
+	cancel context.CancelFunc // inner's
+	ready  atomic.Bool        // inner is set (read without mu by Value)
 }
 
 // detached returns a context that keeps ctx's values but not its
@@ -43,88 +45,64 @@ func (c *Client) detached(ctx context.Context) *detachedCtx {
 
 func (x *detachedCtx) Deadline() (time.Time, bool) { return x.deadline, true }
 
-func (x *detachedCtx) Done() <-chan struct{} {
+// innerCtx returns inner, making it if need be: ended already if x has.
+func (x *detachedCtx) innerCtx() context.Context {
+	if x.ready.Load() {
+		return x.inner
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.done == nil {
-		x.done = make(chan struct{})
-		switch d := time.Until(x.deadline); {
-		case x.err != nil:
-			close(x.done)
-		case d <= 0:
-			x.endLocked(context.DeadlineExceeded)
-		default:
-			x.timer = time.AfterFunc(d, x.expire)
+	if x.inner == nil {
+		x.inner, x.cancel = context.WithDeadline(x.Context, x.deadline)
+		if x.err == context.Canceled {
+			x.cancel()
 		}
+		x.ready.Store(true)
 	}
-	return x.done
+	return x.inner
 }
 
+func (x *detachedCtx) Done() <-chan struct{} { return x.innerCtx().Done() }
+
 func (x *detachedCtx) Err() error {
+	if x.ready.Load() {
+		return x.inner.Err()
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.inner != nil {
+		return x.inner.Err()
+	}
 	if x.err == nil && !time.Now().Before(x.deadline) {
-		x.endLocked(context.DeadlineExceeded)
+		x.err = context.DeadlineExceeded
 	}
 	return x.err
 }
 
-// AfterFunc lets the context package hang contexts derived from x on it (a
-// driver's WithCancel or WithTimeout) rather than start a goroutine per
-// derived context to watch Done; f runs in a goroutine of its own once x
-// ends.
-func (x *detachedCtx) AfterFunc(f func()) func() bool {
-	x.Done() // arms the deadline
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	a := &detachedAfter{f: f}
-	if x.err != nil {
-		go f()
-		return func() bool { return false }
+// Value answers from inner once it exists (see detachedCtx), else from the
+// caller's context: the values are the same but for the context package's
+// own key, which finds inner's cancelCtx.
+func (x *detachedCtx) Value(key any) any {
+	if x.ready.Load() {
+		return x.inner.Value(key)
 	}
-	x.afters = append(x.afters, a)
-	return func() bool {
-		x.mu.Lock()
-		defer x.mu.Unlock()
-		if a.stopped || x.err != nil {
-			return false
-		}
-		a.stopped = true
-		return true
-	}
+	return x.Context.Value(key)
 }
 
-// expire ends x at its deadline.
-func (x *detachedCtx) expire() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.err == nil {
-		x.endLocked(context.DeadlineExceeded)
-	}
+// AfterFunc runs f in a goroutine of its own once x ends (see
+// context.AfterFunc); drivers that look for this method hang their contexts
+// on x with it rather than start a goroutine to watch Done.
+func (x *detachedCtx) AfterFunc(f func()) func() bool {
+	return context.AfterFunc(x.innerCtx(), f)
 }
 
 // stop ends x (Canceled) if it has not ended, and lets go of its timer.
 func (x *detachedCtx) stop() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.err == nil {
-		x.endLocked(context.Canceled)
+	if x.inner != nil {
+		x.cancel()
+	} else if x.err == nil {
+		x.err = context.Canceled
 	}
-}
-
-// endLocked ends x with err (x.mu held, x not ended).
-func (x *detachedCtx) endLocked(err error) {
-	x.err = err
-	if x.done != nil {
-		close(x.done)
-	}
-	if x.timer != nil {
-		x.timer.Stop()
-	}
-	for _, a := range x.afters {
-		if !a.stopped {
-			go a.f()
-		}
-	}
-	x.afters = nil
 }

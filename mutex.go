@@ -381,6 +381,19 @@ type closingCtx struct {
 func (x *closingCtx) Done() <-chan struct{} { return x.c.closeCtx.Done() }
 func (x *closingCtx) Err() error            { return x.c.closeCtx.Err() }
 
+// Value is the caller's but for the context package's own key, which finds
+// closeCtx's cancelCtx (closeCtx holds no other value, and the caller's
+// context, never cancelled, has no cancelCtx to find). So a context derived
+// from x, even through values layered over x (a gRPC or etcd client adds
+// its metadata that way), is registered as a child of closeCtx instead of
+// getting a goroutine of its own to watch Done (TestDriverCtxNoGoroutine).
+func (x *closingCtx) Value(key any) any {
+	if v := x.c.closeCtx.Value(key); v != nil {
+		return v
+	}
+	return x.Context.Value(key)
+}
+
 // AfterFunc lets the context package hang contexts derived from x (a
 // driver's WithTimeout) on the Client's closeCtx, as it does for its own
 // contexts, rather than start a goroutine per derived context to watch Done.

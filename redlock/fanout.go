@@ -243,7 +243,7 @@ func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout ti
 	}
 	h.settled.Store(s)
 	d.gate.Add(1)
-	go func() {
+	d.spawn(func() {
 		defer d.gate.Done()
 		var leave []int
 		for range pending {
@@ -257,7 +257,7 @@ func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout ti
 		if ops.isQueued() && len(leave) > 0 {
 			d.leaveNodes(ctx, ops, leave, timeout)
 		}
-	}()
+	})
 }
 
 // answered stands, while settle builds a settling, for a node that has

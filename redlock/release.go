@@ -47,14 +47,14 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 				continue
 			}
 			d.gate.Add(1)
-			go func() {
+			d.spawn(func() {
 				defer d.gate.Done()
 				select {
 				case <-c:
 				case <-ctx.Done():
 				}
 				fanoutInto(d, ctx, timeout, []int{i}, release, results)
-			}()
+			})
 		}
 		if len(ready) > 0 {
 			fanoutInto(d, ctx, timeout, ready, release, results)

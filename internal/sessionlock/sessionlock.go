@@ -8,7 +8,9 @@ package sessionlock
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +18,29 @@ import (
 	"github.com/dlock/dlock/driver"
 )
 
-type holdKey struct{ name, owner string }
+// holdKey identifies a (name, owner) pair by two independent 64-bit hashes
+// of it (maphash, seeded at random per process), so that a hold costs 16
+// bytes of key instead of two strings. Two pairs are mistaken for one only
+// if both hashes collide: with n holds, a chance below n²/2¹²⁹ (10⁻²⁷ at a
+// million holds), far below that of a memory error.
+type holdKey struct{ a, b uint64 }
+
+var holdSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+func keyOf(name, owner string) holdKey {
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(name)))
+	var k [2]uint64
+	for i, seed := range holdSeeds {
+		var h maphash.Hash
+		h.SetSeed(seed)
+		h.Write(n[:]) // the length makes (name, owner) → bytes one to one
+		h.WriteString(name)
+		h.WriteString(owner)
+		k[i] = h.Sum64()
+	}
+	return holdKey{k[0], k[1]}
+}
 
 // HoldName is the name under which Holds records a grant of kind k of the
 // lock name: name itself for a mutex, and a name no lock can have (names
@@ -32,11 +56,12 @@ func HoldName(k driver.Kind, name string) string {
 	return "\x00" + k.String() + "\x00" + name
 }
 
-// hold is the local record of one (name, owner) grant.
+// hold is the local record of one (name, owner) grant, kept by value in
+// Holds.m.
 type hold[H comparable] struct {
-	h       H // the grant's handle; the zero H while the first acquire is in flight
-	count   int
-	pending chan struct{} // non-nil while an acquire is in flight; closed when it ends
+	h     H      // the grant's handle; the zero H while the first acquire is in flight
+	count int32  // 0 while the first acquire is in flight
+	gen   uint32 // tells this record from an earlier or later one of the same key
 }
 
 // Holds is a driver's record of the grants it holds, keyed by (name, owner)
@@ -47,7 +72,31 @@ type hold[H comparable] struct {
 // is safe for concurrent use.
 type Holds[H comparable] struct {
 	mu sync.Mutex
-	m  map[holdKey]*hold[H]
+	m  map[holdKey]hold[H]
+	// pending holds, for each key whose first acquire is in flight (count
+	// 0 in m), a channel closed when that acquire ends.
+	pending map[holdKey]chan struct{}
+	gen     uint32
+}
+
+// startLocked records an acquire of hk in flight (hs.mu held, hk absent) and
+// returns the record's generation.
+func (hs *Holds[H]) startLocked(hk holdKey) uint32 {
+	if hs.m == nil {
+		hs.m = map[holdKey]hold[H]{}
+		hs.pending = map[holdKey]chan struct{}{}
+	}
+	hs.gen++
+	hs.m[hk] = hold[H]{gen: hs.gen}
+	hs.pending[hk] = make(chan struct{})
+	return hs.gen
+}
+
+// finishLocked ends the acquire of hk in flight (hs.mu held): it wakes the
+// calls waiting for it.
+func (hs *Holds[H]) finishLocked(hk holdKey) {
+	close(hs.pending[hk])
+	delete(hs.pending, hk)
 }
 
 // Check reports whether the backend still has h's grant in place, and the
@@ -88,52 +137,52 @@ type Ops[H comparable] struct {
 // re-entered: a re-entry of a grant still in place is never refused. what
 // prefixes the error returned when ctx ends while waiting.
 func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, what string, ops Ops[H]) (driver.Grant, error) {
-	hk := holdKey{name, owner}
+	hk := keyOf(name, owner)
 	// dropped is a hold that Check reported gone; if the fresh enqueue finds
 	// the very same grant (same token: create revisions and czxids are
 	// unique), the check was wrong, and the hold is taken back with its
 	// handle and count rather than restarted at one.
-	var dropped *hold[H]
+	var dropped hold[H]
+	haveDropped := false
 	for {
 		hs.mu.Lock()
-		h := hs.m[hk]
-		if h == nil {
-			h = &hold[H]{pending: make(chan struct{})}
-			if hs.m == nil {
-				hs.m = map[holdKey]*hold[H]{}
-			}
-			hs.m[hk] = h
+		h, ok := hs.m[hk]
+		if !ok {
+			gen := hs.startLocked(hk)
 			hs.mu.Unlock()
 			var g driver.Grant
 			var err error
-			if dropped != nil && ops.Again != nil {
+			if haveDropped && ops.Again != nil {
 				g, err = ops.Again(dropped.h)
 			} else {
 				g, err = ops.Enqueue()
 			}
 			hs.mu.Lock()
+			// No one else changes or deletes a record in flight.
 			again := false
+			var n int32
 			switch {
 			case err != nil:
 				delete(hs.m, hk)
-			case dropped != nil && ops.Grant(dropped.h, 1, g.Sent).Token == g.Token:
-				h.h, h.count = dropped.h, dropped.count+1
+			case haveDropped && ops.Grant(dropped.h, 1, g.Sent).Token == g.Token:
+				n = dropped.count + 1
+				hs.m[hk] = hold[H]{h: dropped.h, count: n, gen: gen}
 				again = true
 			default:
-				h.h, h.count = g.Handle.(H), 1
+				n = 1
+				hs.m[hk] = hold[H]{h: g.Handle.(H), count: 1, gen: gen}
 			}
-			close(h.pending)
-			h.pending = nil
-			n := h.count
+			hs.finishLocked(hk)
 			hs.mu.Unlock()
 			if again {
-				return hs.reenter(h, dropped.h, n, g.Sent, ops)
+				return hs.reenter(hk, gen, dropped.h, int(n), g.Sent, ops)
 			}
 			return g, err
 		}
-		if p := h.pending; p != nil {
+		if h.count == 0 {
 			// The same owner is acquiring the same name already: wait for
 			// that attempt, then re-enter or start afresh.
+			p := hs.pending[hk]
 			hs.mu.Unlock()
 			if !wait {
 				return driver.Grant{}, &driver.LockedError{}
@@ -145,7 +194,7 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 				return driver.Grant{}, fmt.Errorf("%s: %w", what, ctx.Err())
 			}
 		}
-		hd := h.h
+		hd, gen := h.h, h.gen
 		hs.mu.Unlock()
 		// Re-entrance: make sure the grant is still ours before counting.
 		ok, sent, err := ops.Check(hd)
@@ -153,20 +202,21 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 			return driver.Grant{}, err
 		}
 		hs.mu.Lock()
-		if hs.m[hk] != h || h.pending != nil || h.h != hd {
+		cur, exists := hs.m[hk]
+		if !exists || cur.gen != gen || cur.count == 0 || cur.h != hd {
 			hs.mu.Unlock()
 			continue // released or replaced meanwhile
 		}
 		if !ok {
 			delete(hs.m, hk) // lost: the old lease will see ErrNotHeld
-			dropped = h
+			dropped, haveDropped = cur, true
 			hs.mu.Unlock()
 			continue
 		}
-		h.count++
-		n := h.count
+		cur.count++
+		hs.m[hk] = cur
 		hs.mu.Unlock()
-		return hs.reenter(h, hd, n, sent, ops)
+		return hs.reenter(hk, gen, hd, int(cur.count), sent, ops)
 	}
 }
 
@@ -177,46 +227,45 @@ func (hs *Holds[H]) Acquire(ctx context.Context, name, owner string, wait bool, 
 // flight: the caller must not take it then. Every Begin that reported true
 // is followed by one End.
 func (hs *Holds[H]) Begin(name, owner string) bool {
-	hk := holdKey{name, owner}
+	hk := keyOf(name, owner)
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	if hs.m[hk] != nil {
+	if _, ok := hs.m[hk]; ok {
 		return false
 	}
-	if hs.m == nil {
-		hs.m = map[holdKey]*hold[H]{}
-	}
-	hs.m[hk] = &hold[H]{pending: make(chan struct{})}
+	hs.startLocked(hk)
 	return true
 }
 
 // End ends an acquire marked with Begin: the driver holds (name, owner)
 // once through h when granted is set, and not at all otherwise.
 func (hs *Holds[H]) End(name, owner string, h H, granted bool) {
-	hk := holdKey{name, owner}
+	hk := keyOf(name, owner)
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	hd := hs.m[hk]
-	if hd == nil || hd.pending == nil {
+	cur, ok := hs.m[hk]
+	if !ok || cur.count != 0 {
 		return
 	}
 	if granted {
-		hd.h, hd.count = h, 1
+		hs.m[hk] = hold[H]{h: h, count: 1, gen: cur.gen}
 	} else {
 		delete(hs.m, hk)
 	}
-	close(hd.pending)
-	hd.pending = nil
+	hs.finishLocked(hk)
 }
 
-// reenter finishes a re-entry that counted h (whose handle is hd) up to n:
-// it runs ops.Reenter, whose error undoes the count, and describes the grant
-// confirmed by a request sent at sent.
-func (hs *Holds[H]) reenter(h *hold[H], hd H, n int, sent time.Time, ops Ops[H]) (driver.Grant, error) {
+// reenter finishes a re-entry that counted the record gen of hk (whose
+// handle is hd) up to n: it runs ops.Reenter, whose error undoes the count,
+// and describes the grant confirmed by a request sent at sent.
+func (hs *Holds[H]) reenter(hk holdKey, gen uint32, hd H, n int, sent time.Time, ops Ops[H]) (driver.Grant, error) {
 	if ops.Reenter != nil {
 		if err := ops.Reenter(hd); err != nil {
 			hs.mu.Lock()
-			h.count--
+			if cur, ok := hs.m[hk]; ok && cur.gen == gen && cur.count > 1 {
+				cur.count--
+				hs.m[hk] = cur
+			}
 			hs.mu.Unlock()
 			return driver.Grant{}, err
 		}
@@ -235,11 +284,12 @@ func (hs *Holds[H]) reenter(h *hold[H], hd H, n int, sent time.Time, ops Ops[H])
 // the caller may call Release again for the same hold: a hold is never
 // counted down twice for one release that failed and was retried.
 func (hs *Holds[H]) Release(name, owner string, hd H, check Check[H], gone func() error) (n int, nested bool, err error) {
-	hk := holdKey{name, owner}
+	hk := keyOf(name, owner)
 	for {
 		hs.mu.Lock()
-		h := hs.m[hk]
-		if h != nil && h.pending == nil && h.h == hd && h.count > 1 {
+		h, ok := hs.m[hk]
+		if ok && h.count > 1 && h.h == hd {
+			gen := h.gen
 			hs.mu.Unlock()
 			ok, _, err := check(hd)
 			if err != nil {
@@ -250,16 +300,17 @@ func (hs *Holds[H]) Release(name, owner string, hd H, check Check[H], gone func(
 				return 0, true, gone()
 			}
 			hs.mu.Lock()
-			if hs.m[hk] != h || h.pending != nil || h.h != hd || h.count <= 1 {
+			cur, exists := hs.m[hk]
+			if !exists || cur.gen != gen || cur.h != hd || cur.count <= 1 {
 				hs.mu.Unlock()
 				continue // released or replaced meanwhile: look again
 			}
-			h.count--
-			n := h.count
+			cur.count--
+			hs.m[hk] = cur
 			hs.mu.Unlock()
-			return n, true, nil
+			return int(cur.count), true, nil
 		}
-		if h != nil && h.pending == nil && h.h == hd {
+		if ok && h.count > 0 && h.h == hd {
 			delete(hs.m, hk)
 		}
 		hs.mu.Unlock()
@@ -269,7 +320,7 @@ func (hs *Holds[H]) Release(name, owner string, hd H, check Check[H], gone func(
 
 func (hs *Holds[H]) forget(hk holdKey, hd H) {
 	hs.mu.Lock()
-	if h := hs.m[hk]; h != nil && h.h == hd {
+	if h, ok := hs.m[hk]; ok && h.count > 0 && h.h == hd {
 		delete(hs.m, hk)
 	}
 	hs.mu.Unlock()
@@ -279,10 +330,11 @@ func (hs *Holds[H]) forget(hk holdKey, hd H) {
 // through a handle for which match is true, else 1.
 func (hs *Holds[H]) Count(name, owner string, match func(H) bool) int {
 	var zero H
+	hk := keyOf(name, owner)
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	if h := hs.m[holdKey{name, owner}]; h != nil && h.h != zero && match(h.h) {
-		return h.count
+	if h, ok := hs.m[hk]; ok && h.h != zero && match(h.h) {
+		return int(h.count)
 	}
 	return 1
 }
@@ -293,8 +345,11 @@ func (hs *Holds[H]) Busy(match func(H) bool) bool {
 	var zero H
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
+	if len(hs.pending) > 0 {
+		return true
+	}
 	for _, h := range hs.m {
-		if h.pending != nil || (h.h != zero && match(h.h)) {
+		if h.h != zero && match(h.h) {
 			return true
 		}
 	}

@@ -27,13 +27,11 @@ func fanout[T any](d *Driver, ctx context.Context, timeout time.Duration, fn fun
 
 // fanoutTo is fanout to the nodes listed (all nodes if which is nil).
 func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error)) <-chan result[T] {
+	calls := len(which)
 	if which == nil {
-		which = make([]int, len(d.nodes))
-		for i := range which {
-			which[i] = i
-		}
+		calls = len(d.nodes)
 	}
-	out := make(chan result[T], len(which))
+	out := make(chan result[T], calls)
 	fanoutInto(d, ctx, timeout, which, fn, out)
 	return out
 }

@@ -360,6 +360,13 @@ func (d *Driver) discard(h *handle, rev int64) {
 		h.sess.freeSlot(h)
 		return
 	}
+	d.retryInBackground(h, func() error { return d.tryDiscard(h.key, rev) }, func() { h.sess.freeSlot(h) })
+}
+
+// retryInBackground calls try again, on a backoff from 50ms to 2s, until it
+// succeeds (then done runs), h's session is lost (its keys and delay leases
+// went with it, its slots too) or the driver closes.
+func (d *Driver) retryInBackground(h *handle, try func() error, done func()) {
 	d.bg.Go(func() {
 		delay := 50 * time.Millisecond
 		for {
@@ -369,10 +376,12 @@ func (d *Driver) discard(h *handle, rev int64) {
 			case <-time.After(delay):
 			}
 			if h.sess.Lost() {
-				return // the key went with the lease, and its slots with it
+				return
 			}
-			if d.tryDiscard(h.key, rev) == nil {
-				h.sess.freeSlot(h)
+			if try() == nil {
+				if done != nil {
+					done()
+				}
 				return
 			}
 			delay = min(2*delay, 2*time.Second)

@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"fmt"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -109,20 +108,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 // the background while the lease lives, like discard's.
 func (d *Driver) discardGuarded(h *handle) {
 	if h.guarded() && d.dropGuard(h) != nil {
-		d.bg.Go(func() {
-			delay := 50 * time.Millisecond
-			for {
-				select {
-				case <-d.ctx.Done():
-					return
-				case <-time.After(delay):
-				}
-				if h.sess.Lost() || d.dropGuard(h) == nil {
-					return // a lost session's delay leases are not refreshed either
-				}
-				delay = min(2*delay, 2*time.Second)
-			}
-		})
+		d.retryInBackground(h, func() error { return d.dropGuard(h) }, nil)
 	}
 	d.discard(h, 0)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testwait"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestUndoKeepsWaiterQueued: a queued waiter's attempt that a node grants
@@ -60,20 +61,8 @@ func TestUndoKeepsWaiterQueued(t *testing.T) {
 // quorum-th release and left node 0 free until then); the release on a
 // second node completes its grant.
 func TestStaggeredWake(t *testing.T) {
-	srvs, admins, _ := safetyEnv(t)
-	ctx := ctxT(t, 20*time.Second)
-	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=2s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	const name = "staggered"
-	k := redisscript.KeysFor(DefaultKeyPrefix, name)
-	for i, a := range admins {
-		if r, err := redisscript.Acquire(ctx, a, k, "holder", 10*time.Second, 0); err != nil || !r.Granted {
-			t.Fatalf("holder on node %d: %+v, %v", i, r, err)
-		}
-	}
+	e := newStaggerEnv(t, "node_timeout=2s", "staggered")
+	ctx, d, admins, k, name := e.ctx, e.d, e.admins, e.k, e.name
 	req := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second}
 	type res struct {
 		g   driver.Grant
@@ -84,31 +73,16 @@ func TestStaggeredWake(t *testing.T) {
 		g, err := d.Acquire(ctx, req)
 		done <- res{g, err}
 	}()
-	q := k.Lock + ":q"
-	testwait.Until(t, 5*time.Second, "the waiter queued on every node", func() bool {
-		for _, a := range admins {
-			if _, err := a.ZScore(ctx, q, "waiter").Result(); err != nil {
-				return false
-			}
-		}
-		return true
-	})
-	holds := func(i int) bool {
-		v, err := admins[i].Get(ctx, k.Lock).Result()
-		return err == nil && strings.HasSuffix(v, "\nwaiter")
-	}
-	if _, held, err := redisscript.Release(ctx, admins[0], k, "holder", 0); err != nil || !held {
-		t.Fatalf("release on node 0: %v, %v", held, err)
-	}
+	e.waitQueued()
+	holds := e.waiterHolds
+	e.releaseHolder(0)
 	testwait.Until(t, 400*time.Millisecond, "node 0 granted to the waiter its release named", func() bool { return holds(0) })
 	select {
 	case r := <-done:
 		t.Fatalf("Acquire returned with one node free: %+v, %v", r.g, r.err)
 	default:
 	}
-	if _, held, err := redisscript.Release(ctx, admins[1], k, "holder", 0); err != nil || !held {
-		t.Fatalf("release on node 1: %v, %v", held, err)
-	}
+	e.releaseHolder(1)
 	var r res
 	select {
 	case r = <-done:
@@ -132,41 +106,16 @@ func TestStaggeredWake(t *testing.T) {
 // named it and waits for the others: the attempt sends to the rest at once
 // (refused there, undone), and Acquire fails with dlock.ErrClosed.
 func TestCloseDuringStaggeredAttempt(t *testing.T) {
-	srvs, admins, _ := safetyEnv(t)
-	ctx := ctxT(t, 20*time.Second)
-	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=5s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	const name = "staggered-close"
-	k := redisscript.KeysFor(DefaultKeyPrefix, name)
-	for i, a := range admins {
-		if r, err := redisscript.Acquire(ctx, a, k, "holder", 10*time.Second, 0); err != nil || !r.Granted {
-			t.Fatalf("holder on node %d: %+v, %v", i, r, err)
-		}
-	}
+	e := newStaggerEnv(t, "node_timeout=5s", "staggered-close")
+	ctx, d, admins, k, name := e.ctx, e.d, e.admins, e.k, e.name
 	done := make(chan error, 1)
 	go func() {
 		_, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second})
 		done <- err
 	}()
-	q := k.Lock + ":q"
-	testwait.Until(t, 5*time.Second, "the waiter queued on every node", func() bool {
-		for _, a := range admins {
-			if _, err := a.ZScore(ctx, q, "waiter").Result(); err != nil {
-				return false
-			}
-		}
-		return true
-	})
-	if _, held, err := redisscript.Release(ctx, admins[0], k, "holder", 0); err != nil || !held {
-		t.Fatalf("release on node 0: %v, %v", held, err)
-	}
-	testwait.Until(t, 2*time.Second, "node 0 granted to the waiter", func() bool {
-		v, err := admins[0].Get(ctx, k.Lock).Result()
-		return err == nil && strings.HasSuffix(v, "\nwaiter")
-	})
+	e.waitQueued()
+	e.releaseHolder(0)
+	testwait.Until(t, 2*time.Second, "node 0 granted to the waiter", func() bool { return e.waiterHolds(0) })
 	start := time.Now()
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
@@ -191,20 +140,8 @@ func TestCloseDuringStaggeredAttempt(t *testing.T) {
 // does not sit on a node (with its queue entries unrenewed) for the whole
 // node timeout.
 func TestStaggerBounded(t *testing.T) {
-	srvs, admins, _ := safetyEnv(t)
-	ctx := ctxT(t, 20*time.Second)
-	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=10s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	const name = "stagger-bounded"
-	k := redisscript.KeysFor(DefaultKeyPrefix, name)
-	for i, a := range admins {
-		if r, err := redisscript.Acquire(ctx, a, k, "holder", 10*time.Second, 0); err != nil || !r.Granted {
-			t.Fatalf("holder on node %d: %+v, %v", i, r, err)
-		}
-	}
+	e := newStaggerEnv(t, "node_timeout=10s", "stagger-bounded")
+	ctx, d, admins, k, name := e.ctx, e.d, e.admins, e.k, e.name
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -215,22 +152,12 @@ func TestStaggerBounded(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	q := k.Lock + ":q"
-	queued := func(i int) bool {
-		_, err := admins[i].ZScore(ctx, q, "waiter").Result()
-		return err == nil
-	}
-	testwait.Until(t, 5*time.Second, "the waiter queued on every node", func() bool { return queued(0) && queued(1) && queued(2) })
-	if _, held, err := redisscript.Release(ctx, admins[0], k, "holder", 0); err != nil || !held {
-		t.Fatalf("release on node 0: %v, %v", held, err)
-	}
-	testwait.Until(t, 2*time.Second, "node 0 granted to the waiter", func() bool {
-		v, err := admins[0].Get(ctx, k.Lock).Result()
-		return err == nil && strings.HasSuffix(v, "\nwaiter")
-	})
+	e.waitQueued()
+	e.releaseHolder(0)
+	testwait.Until(t, 2*time.Second, "node 0 granted to the waiter", func() bool { return e.waiterHolds(0) })
 	testwait.Until(t, 4*maxStagger, "node 0's grant undone, the waiter queued there again", func() bool {
 		n, err := admins[0].Exists(ctx, k.Lock).Result()
-		return err == nil && n == 0 && queued(0)
+		return err == nil && n == 0 && e.queued(0)
 	})
 }
 
@@ -281,5 +208,70 @@ func TestReleaseNotHeldUpBySlowNode(t *testing.T) {
 	}
 	if n, err := admins[2].Exists(ctx, k.Lock).Result(); err != nil || n != 0 {
 		t.Errorf("node 2 still holds the lock after Release: %v, %v", n, err)
+	}
+}
+
+// staggerEnv is the set-up of the staggered wake-up tests: a driver with
+// the given URL parameters over three nodes, and the lock name held on
+// every node by "holder" (written with the scripts directly), for a
+// "waiter" to queue behind.
+type staggerEnv struct {
+	t      *testing.T
+	ctx    context.Context
+	d      *Driver
+	admins []*redis.Client
+	k      redisscript.Keys
+	name   string
+}
+
+func newStaggerEnv(t *testing.T, params, name string) *staggerEnv {
+	t.Helper()
+	srvs, admins, _ := safetyEnv(t)
+	ctx := ctxT(t, 20*time.Second)
+	d, err := openTest(ctx, redlockURL(srvs, params))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	for i, a := range admins {
+		if r, err := redisscript.Acquire(ctx, a, k, "holder", 10*time.Second, 0); err != nil || !r.Granted {
+			t.Fatalf("holder on node %d: %+v, %v", i, r, err)
+		}
+	}
+	return &staggerEnv{t: t, ctx: ctx, d: d, admins: admins, k: k, name: name}
+}
+
+// queued reports whether "waiter" is in node i's queue.
+func (e *staggerEnv) queued(i int) bool {
+	_, err := e.admins[i].ZScore(e.ctx, e.k.Lock+":q", "waiter").Result()
+	return err == nil
+}
+
+// waitQueued waits until "waiter" is queued on every node.
+func (e *staggerEnv) waitQueued() {
+	e.t.Helper()
+	testwait.Until(e.t, 5*time.Second, "the waiter queued on every node", func() bool {
+		for i := range e.admins {
+			if !e.queued(i) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waiterHolds reports whether "waiter" holds the lock on node i.
+func (e *staggerEnv) waiterHolds(i int) bool {
+	v, err := e.admins[i].Get(e.ctx, e.k.Lock).Result()
+	return err == nil && strings.HasSuffix(v, "\nwaiter")
+}
+
+// releaseHolder releases "holder"'s lock on node i, which publishes a
+// release naming the first queued waiter there.
+func (e *staggerEnv) releaseHolder(i int) {
+	e.t.Helper()
+	if _, held, err := redisscript.Release(e.ctx, e.admins[i], e.k, "holder", 0); err != nil || !held {
+		e.t.Fatalf("release on node %d: %v, %v", i, held, err)
 	}
 }

@@ -2,16 +2,12 @@ package etcdlock
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path"
-	"runtime"
-	"runtime/pprof"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/heapbench"
 	"github.com/dlock/dlock/internal/sessionlock/queuetest"
 )
 
@@ -24,33 +20,7 @@ import (
 func BenchmarkHeapPerLease(b *testing.B) {
 	ctx := context.Background()
 	run := func(b *testing.B, take func(name string) (release func())) {
-		n := max(b.N, 1000)
-		prefix := fmt.Sprintf("bench-heap-%d", time.Now().UnixNano())
-		rels := make([]func(), 0, n)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		b.ResetTimer()
-		for i := range n {
-			rels = append(rels, take(fmt.Sprintf("%s-held-%d", prefix, i)))
-		}
-		b.StopTimer()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		// rels and its closures are the benchmark's, not the lock's:
-		// counted as the peers' harness counts them.
-		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "B/lease")
-		if f := os.Getenv("ETCDLOCK_HEAP_PROFILE"); f != "" {
-			w, err := os.Create(f + "." + path.Base(b.Name()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = pprof.WriteHeapProfile(w)
-			w.Close()
-		}
-		for _, rel := range rels {
-			rel()
-		}
+		heapbench.PerLease(b, "ETCDLOCK_HEAP_PROFILE", take)
 	}
 	b.Run("client", func(b *testing.B) {
 		c := dlock.New(newTestDriver(b, newClient(b, shared.Endpoints()), nil), &dlock.Options{TTL: 30 * time.Second})

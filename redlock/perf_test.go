@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path"
-	"runtime"
-	"runtime/pprof"
 	"sort"
 	"sync"
 	"testing"
@@ -17,6 +13,7 @@ import (
 
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/heapbench"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
@@ -283,31 +280,7 @@ func BenchmarkHeapPerLease(b *testing.B) {
 	srvs := testserver.RedisN(b, 3, nil)
 	ctx := context.Background()
 	run := func(b *testing.B, take func(name string) (release func())) {
-		n := max(b.N, 1000)
-		prefix := fmt.Sprintf("bench-heap-%d", time.Now().UnixNano())
-		rels := make([]func(), 0, n)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		b.ResetTimer()
-		for i := range n {
-			rels = append(rels, take(fmt.Sprintf("%s-held-%d", prefix, i)))
-		}
-		b.StopTimer()
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "B/lease")
-		if f := os.Getenv("REDLOCK_HEAP_PROFILE"); f != "" {
-			w, err := os.Create(f + "." + path.Base(b.Name()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			_ = pprof.WriteHeapProfile(w)
-			w.Close()
-		}
-		for _, rel := range rels {
-			rel()
-		}
+		heapbench.PerLease(b, "REDLOCK_HEAP_PROFILE", take)
 	}
 	b.Run("client", func(b *testing.B) {
 		c := perfClient(b, srvs)

@@ -220,28 +220,36 @@ func BenchmarkConcurrencyMutexHotLock(b *testing.B) {
 // and with the raw floor (a put-if-absent transaction and a delete),
 // interleaved in the same run (see queuetest.Uncontended).
 func BenchmarkUncontended(b *testing.B) {
+	name, floor, peer := uncontendedFloorAndPeer(b, "bench-uncontended")
+	queuetest.UncontendedClientAndDriver(b, name, 30*time.Second, func(t testing.TB) queuetest.Driver { return newTestDriver(t, newClient(t, shared.Endpoints()), nil) }, floor, peer)
+}
+
+// uncontendedFloorAndPeer returns a fresh lock name with the given prefix,
+// the raw floor (a put-if-absent transaction and a delete) and one
+// concurrency.Mutex Lock+Unlock, on names derived from it; what they set
+// up is undone at the end of b.
+func uncontendedFloorAndPeer(b *testing.B, prefix string) (name string, floor, peer func(context.Context) error) {
 	h := &harness{endpoints: shared.Endpoints()}
-	ctx := context.Background()
-	floorOp, cleanup, err := h.AcquireReleaseFloor(ctx)
+	floorOp, cleanup, err := h.AcquireReleaseFloor(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cleanup()
-	name := fmt.Sprintf("bench-uncontended-%d", time.Now().UnixNano())
-	floor := func(ctx context.Context) error { return floorOp(ctx, name+"-floor") }
+	b.Cleanup(cleanup)
+	name = fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	floor = func(ctx context.Context) error { return floorOp(ctx, name+"-floor") }
 	s, err := concurrency.NewSession(newClient(b, shared.Endpoints()), concurrency.WithTTL(30))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
+	b.Cleanup(func() { _ = s.Close() })
 	m := concurrency.NewMutex(s, name+"-peer")
-	peer := func(ctx context.Context) error {
+	peer = func(ctx context.Context) error {
 		if err := m.Lock(ctx); err != nil {
 			return err
 		}
 		return m.Unlock(ctx)
 	}
-	queuetest.UncontendedClientAndDriver(b, name, 30*time.Second, func(t testing.TB) queuetest.Driver { return newTestDriver(t, newClient(t, shared.Endpoints()), nil) }, floor, peer)
+	return name, floor, peer
 }
 
 // BenchmarkLockCostGrowth locks and unlocks one name through a dlock Client

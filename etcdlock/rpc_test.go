@@ -11,7 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
@@ -209,27 +208,7 @@ func BenchmarkRequestDeadline(b *testing.B) {
 // released with it in another, so it costs the two requests a Lock+Unlock
 // without one costs (it used to take three).
 func BenchmarkUncontendedLockDelay(b *testing.B) {
-	h := &harness{endpoints: shared.Endpoints()}
-	ctx := context.Background()
-	floorOp, cleanup, err := h.AcquireReleaseFloor(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cleanup()
-	name := fmt.Sprintf("bench-uncontended-delay-%d", time.Now().UnixNano())
-	floor := func(ctx context.Context) error { return floorOp(ctx, name+"-floor") }
-	s, err := concurrency.NewSession(newClient(b, shared.Endpoints()), concurrency.WithTTL(30))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	m := concurrency.NewMutex(s, name+"-peer")
-	peer := func(ctx context.Context) error {
-		if err := m.Lock(ctx); err != nil {
-			return err
-		}
-		return m.Unlock(ctx)
-	}
+	name, floor, peer := uncontendedFloorAndPeer(b, "bench-uncontended-delay")
 	c := dlock.New(newTestDriver(b, newClient(b, shared.Endpoints()), nil), &dlock.Options{TTL: 30 * time.Second, LockDelay: time.Second})
 	defer c.Close()
 	mu := c.NewMutex(name+"-client", nil)

@@ -21,13 +21,7 @@ import (
 func BenchmarkDriver(b *testing.B) {
 	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
-	u, _ := url.Parse(srv.URL())
-	dd, err := OpenURL(ctx, u)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d := dd.(*Driver)
-	defer d.Close()
+	d := openURLDriver(b, srv.URL())
 	opt, _ := redis.ParseURL(srv.URL())
 	opt.PoolSize = 1
 	raw := redis.NewClient(opt)
@@ -60,12 +54,7 @@ func BenchmarkDriver(b *testing.B) {
 	b.Run("Handoff", func(b *testing.B) {
 		// One holder, one waiter in another driver: from the release call
 		// to the waiter's grant, over a PING round trip.
-		d2d, err := OpenURL(ctx, u)
-		if err != nil {
-			b.Fatal(err)
-		}
-		d2 := d2d.(*Driver)
-		defer d2.Close()
+		d2 := openURLDriver(b, srv.URL())
 		var hand, rtt []time.Duration
 		for i := 0; i < b.N; i++ {
 			name := fmt.Sprintf("handoff-%d", i)

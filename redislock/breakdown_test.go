@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -27,13 +26,7 @@ import (
 func BenchmarkBreakdown(b *testing.B) {
 	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
-	u, _ := url.Parse(srv.URL())
-	dd, err := OpenURL(ctx, u)
-	if err != nil {
-		b.Fatal(err)
-	}
-	d := dd.(*Driver)
-	defer d.Close()
+	d := openURLDriver(b, srv.URL())
 	cl, err := dlock.Open(ctx, srv.URL())
 	if err != nil {
 		b.Fatal(err)

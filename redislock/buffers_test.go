@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"context"
 	"net/url"
 	"testing"
 
@@ -13,19 +14,10 @@ import (
 // read and write through 4 KiB buffers, not go-redis's 32 KiB ones (a pool
 // grown to 20 connections kept 1.3 MB of buffers).
 func TestURLClientsSmallBuffers(t *testing.T) {
-	srv := testserver.Redis(t, nil)
-	u, err := url.Parse(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dd, err := OpenURL(ctxT(t), u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dd.Close()
-	c, ok := dd.(*Driver).client.(*redis.Client)
+	d := openURLDriver(t, testserver.Redis(t, nil).URL())
+	c, ok := d.client.(*redis.Client)
 	if !ok {
-		t.Fatalf("client %T", dd.(*Driver).client)
+		t.Fatalf("client %T", d.client)
 	}
 	if o := c.Options(); o.ReadBufferSize != connBuffer || o.WriteBufferSize != connBuffer {
 		t.Errorf("redis://: buffers %d/%d B, want %d", o.ReadBufferSize, o.WriteBufferSize, connBuffer)
@@ -41,4 +33,20 @@ func TestURLClientsSmallBuffers(t *testing.T) {
 	if fo.ReadBufferSize != connBuffer || fo.WriteBufferSize != connBuffer {
 		t.Errorf("redis-sentinel://: buffers %d/%d B, want %d", fo.ReadBufferSize, fo.WriteBufferSize, connBuffer)
 	}
+}
+
+// openURLDriver opens a driver from rawURL (redis:// or rediss://), closed
+// at the end of tb.
+func openURLDriver(tb testing.TB, rawURL string) *Driver {
+	tb.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dd, err := OpenURL(context.Background(), u)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = dd.Close() })
+	return dd.(*Driver)
 }

@@ -1,6 +1,7 @@
 package redislock
 
 import (
+	"context"
 	"maps"
 	"strconv"
 	"strings"
@@ -52,21 +53,7 @@ func TestLaneSkipsPool(t *testing.T) {
 // closed meanwhile (the lane's included): the call succeeds, and the lane
 // gave its connection back.
 func TestLaneIdleGoesThroughPool(t *testing.T) {
-	f := newFixture(t)
-	ctx := ctxT(t)
-	req := driver.AcquireRequest{Name: "lane-idle", Owner: "o", TTL: time.Minute}
-	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
-	g, err := f.d.TryAcquire(ctx, req) // on the lane
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The server closes every connection but the admin's (pool and lane).
-	if err := f.admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if f.d.lane.conn == nil {
-		t.Fatal("back-to-back calls did not use the lane")
-	}
+	f, ctx, req, g := grantOnLaneThenKill(t, "lane-idle")
 	f.d.lane.last.Store(-int64(time.Hour)) // the last call began an hour ago
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
 		t.Fatalf("release after the lane's connection idled and was closed: %v", err)
@@ -80,20 +67,7 @@ func TestLaneIdleGoesThroughPool(t *testing.T) {
 // (closed by the server within laneIdle of its last use) drops it, and the
 // next call works.
 func TestLaneDropsBrokenConnection(t *testing.T) {
-	f := newFixture(t)
-	ctx := ctxT(t)
-	req := driver.AcquireRequest{Name: "lane-broken", Owner: "o", TTL: time.Minute}
-	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
-	g, err := f.d.TryAcquire(ctx, req) // on the lane
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if f.d.lane.conn == nil {
-		t.Fatal("back-to-back calls did not use the lane")
-	}
+	f, ctx, req, g := grantOnLaneThenKill(t, "lane-broken")
 	f.d.lane.last.Store(int64(time.Since(f.d.lane.base))) // the next call uses the closed connection
 	if _, err := f.d.Release(ctx, lease(req, g)); err == nil {
 		t.Log("the release over the killed connection succeeded")
@@ -169,4 +143,26 @@ func TestLockUnlockCommands(t *testing.T) {
 	if !maps.Equal(calls, want) {
 		t.Fatalf("%d Lock+Unlock ran %v on the server; want %v", pairs, calls, want)
 	}
+}
+
+// grantOnLaneThenKill grants name to owner "o" on the lane of a new
+// fixture's driver, then has the server close every connection but the
+// admin's (the pool's and the lane's).
+func grantOnLaneThenKill(t *testing.T, name string) (*fixture, context.Context, driver.AcquireRequest, driver.Grant) {
+	t.Helper()
+	f := newFixture(t)
+	ctx := ctxT(t)
+	req := driver.AcquireRequest{Name: name, Owner: "o", TTL: time.Minute}
+	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
+	g, err := f.d.TryAcquire(ctx, req) // on the lane
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if f.d.lane.conn == nil {
+		t.Fatal("back-to-back calls did not use the lane")
+	}
+	return f, ctx, req, g
 }

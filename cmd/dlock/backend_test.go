@@ -225,7 +225,7 @@ func TestStatusForeignHolders(t *testing.T) {
 func TestRunKeyVariable(t *testing.T) {
 	urls := backendURLs(t)
 	for _, tc := range []struct{ be, want string }{
-		{"etcd", `^dlock/k/[0-9a-f]+(-[0-9a-f]{16})?$`},
+		{"etcd", `^dlock/k/[0-9a-f]+(-[0-9a-f]{1,16})?$`},
 		{"zk", `^/dlock/k/.*(__lock__|lock-)\d{10}$`},
 		{"redis", `^dlock:\{k\}$`},
 		{"redlock", `^dlock:\{k\}$`},

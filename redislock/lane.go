@@ -29,17 +29,58 @@ const laneIdle = 5 * time.Millisecond
 // did. A command that fails other than with an error reply from the server
 // drops the connection (the next call takes a fresh one). The connection
 // is made with the client's hooks of that moment (redis.Client.Conn).
+//
+// The lane never keeps a connection the application may need: it is used
+// only on a pool of at least laneMinPool connections, and a connection
+// left idle goes back to the pool after laneGiveBack (a timer), not only at
+// the next call.
 type lane struct {
 	client *redis.Client
 	base   time.Time
 	last   atomic.Int64 // when the latest call began (lane or pool), ns since base
+	idle   *time.Timer  // gives an idle connection back (drop)
 
 	mu     sync.Mutex // held by the call using conn
 	conn   *redis.Conn
 	closed bool
 }
 
-func newLane(c *redis.Client) *lane { return &lane{client: c, base: time.Now()} }
+// laneMinPool is the smallest pool a lane takes a connection out of.
+const laneMinPool = 4
+
+// laneGiveBack is how long the lane keeps a connection no call uses.
+const laneGiveBack = time.Second
+
+// newLane returns c's lane, or nil (no lane: every call uses the pool) when
+// c's pool is smaller than laneMinPool.
+func newLane(c *redis.Client) *lane {
+	if c.Options().PoolSize < laneMinPool {
+		return nil
+	}
+	l := &lane{client: c, base: time.Now()}
+	l.idle = time.AfterFunc(time.Hour, l.drop)
+	l.idle.Stop()
+	return l
+}
+
+// drop gives the connection back to the pool when no call has begun for
+// laneIdle; it runs on the idle timer, laneGiveBack after the lane's last
+// call, and arms it again if calls came since through the pool.
+func (l *lane) drop() {
+	if !l.mu.TryLock() {
+		return // in use: its give arms the timer again
+	}
+	defer l.mu.Unlock()
+	if l.conn == nil {
+		return
+	}
+	if int64(time.Since(l.base))-l.last.Load() <= int64(laneIdle) {
+		l.idle.Reset(laneGiveBack)
+		return
+	}
+	_ = l.conn.Close()
+	l.conn = nil
+}
 
 // take returns the lane's connection, or nil when the call is to use the
 // pool: another call is using the lane, the previous call began more than
@@ -75,7 +116,11 @@ func (l *lane) give(err error) {
 		_ = l.conn.Close()
 		l.conn = nil
 	}
+	keep := l.conn != nil
 	l.mu.Unlock()
+	if keep {
+		l.idle.Reset(laneGiveBack)
+	}
 }
 
 // serverReply reports whether err is a reply of the server (an error reply,
@@ -91,6 +136,7 @@ func (l *lane) close() {
 	if l == nil {
 		return
 	}
+	l.idle.Stop()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
@@ -98,4 +144,11 @@ func (l *lane) close() {
 		_ = l.conn.Close()
 		l.conn = nil
 	}
+}
+
+// hasConn reports whether the lane keeps a connection now (for tests).
+func (l *lane) hasConn() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conn != nil
 }

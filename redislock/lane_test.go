@@ -13,6 +13,7 @@ import (
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // TestLaneSkipsPool: back-to-back grants and releases of a driver over a
@@ -58,7 +59,7 @@ func TestLaneIdleGoesThroughPool(t *testing.T) {
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
 		t.Fatalf("release after the lane's connection idled and was closed: %v", err)
 	}
-	if f.d.lane.conn != nil {
+	if f.d.lane.hasConn() {
 		t.Fatal("the lane kept its connection after an idle pause")
 	}
 }
@@ -73,7 +74,7 @@ func TestLaneDropsBrokenConnection(t *testing.T) {
 		t.Log("the release over the killed connection succeeded")
 		return // nothing was left to find broken
 	}
-	if f.d.lane.conn != nil {
+	if f.d.lane.hasConn() {
 		t.Fatal("the lane kept a connection whose call failed")
 	}
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
@@ -161,8 +162,44 @@ func grantOnLaneThenKill(t *testing.T, name string) (*fixture, context.Context, 
 	if err := f.admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if f.d.lane.conn == nil {
+	if !f.d.lane.hasConn() {
 		t.Fatal("back-to-back calls did not use the lane")
 	}
 	return f, ctx, req, g
+}
+
+// TestLaneGivesBackIdleConnection: a lane left idle gives its connection
+// back to the pool by itself (laneGiveBack after its last call), so a
+// driver that stops locking does not keep one of the application's pool
+// connections; and a pool smaller than laneMinPool gets no lane at all.
+func TestLaneGivesBackIdleConnection(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	req := driver.AcquireRequest{Name: "lane-give-back", Owner: "o", TTL: time.Minute}
+	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
+	g, err := f.d.TryAcquire(ctx, req) // on the lane
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.d.lane.hasConn() {
+		t.Fatal("back-to-back calls did not use the lane")
+	}
+	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 10*laneGiveBack, "the idle lane to give its connection back to the pool", func() bool { return !f.d.lane.hasConn() })
+
+	opt := f.admin.Options()
+	small := *opt
+	small.PoolSize = laneMinPool - 1
+	c := redis.NewClient(&small)
+	defer c.Close()
+	d, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.lane != nil {
+		t.Errorf("a pool of %d connections got a lane", small.PoolSize)
+	}
 }

@@ -86,15 +86,7 @@ func TestSessionRW(t *testing.T) {
 func testSessionRW(t *testing.T, mode Mode) {
 	ctx := context.Background()
 	h := newTestHarness(t, mode)
-	open := func() *Driver {
-		dn, err := h.NewDriver(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { dn.Close() })
-		return dn.(*Driver)
-	}
-	d, d2 := open(), open()
+	d, d2 := h.openDriver(t), h.openDriver(t)
 	name := randomName("advrw")
 	rq := func(owner string, k driver.Kind) driver.AcquireRequest {
 		return driver.AcquireRequest{Name: name, Owner: owner, TTL: kindTTL, Kind: k}

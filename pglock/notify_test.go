@@ -57,17 +57,7 @@ func TestNotifyOnlyWhenWaited(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
 			h := newTestHarness(t, mode)
-			dn, err := h.NewDriver(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dn.Close()
-			wn, err := h.NewDriver(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer wn.Close()
-			d, w := dn.(*Driver), wn.(*Driver)
+			d, w := h.openDriver(t), h.openDriver(t)
 			conn, err := pgx.Connect(ctx, serverURL(t))
 			if err != nil {
 				t.Fatal(err)
@@ -113,17 +103,7 @@ func TestNotifyOnlyWhenWaited(t *testing.T) {
 func TestSubscribeMarksBeforeReturning(t *testing.T) {
 	ctx := context.Background()
 	h := newTestHarness(t, ModeAdvisory)
-	dn, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dn.Close()
-	wn, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wn.Close()
-	d, w := dn.(*Driver), wn.(*Driver)
+	d, w := h.openDriver(t), h.openDriver(t)
 	for i := range 50 {
 		name := randomName("mark")
 		g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 10 * time.Second})

@@ -233,6 +233,17 @@ func TestExternalKill(t *testing.T) {
 }
 
 // newTestHarness returns a harness for mode, closed when t ends.
+// openDriver opens a driver of h, closed at the end of t.
+func (h *harness) openDriver(t testing.TB) *Driver {
+	t.Helper()
+	dn, err := h.NewDriver(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dn.Close() })
+	return dn.(*Driver)
+}
+
 func newTestHarness(t testing.TB, mode Mode) *harness {
 	t.Helper()
 	hn, err := newHarnessFor(mode)(context.Background(), t)

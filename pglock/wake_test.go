@@ -34,12 +34,7 @@ func openMode(tb testing.TB, mode string) sqltest.Open {
 func TestReleaseWakesLongestWaiter(t *testing.T) {
 	ctx := context.Background()
 	h := newTestHarness(t, ModeLease)
-	dn, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dn.Close()
-	d := dn.(*Driver)
+	d := h.openDriver(t)
 	name := randomName("fifo")
 	var subs []driver.Subscription
 	for i := 0; i < 8; i++ {

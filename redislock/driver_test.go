@@ -55,6 +55,18 @@ func lease(req driver.AcquireRequest, g driver.Grant) driver.Lease {
 	return driver.Lease{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle, TTL: req.TTL, LockDelay: req.LockDelay}
 }
 
+// grantAndRelease takes req on f's driver and releases it.
+func (f *fixture) grantAndRelease(t *testing.T, ctx context.Context, req driver.AcquireRequest) {
+	t.Helper()
+	g, err := f.d.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestGrantReenterRelease(t *testing.T) {
 	f := newFixture(t)
 	ctx := ctxT(t)
@@ -283,16 +295,7 @@ func TestWakeOne(t *testing.T) {
 			}
 		}
 	}
-	release := func() {
-		t.Helper()
-		g, err := f.d.TryAcquire(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	release := func() { f.grantAndRelease(t, ctx, req) }
 	release()
 	select {
 	case <-subs[0].C():

@@ -24,16 +24,7 @@ func TestLaneSkipsPool(t *testing.T) {
 	f := newFixture(t)
 	ctx := ctxT(t)
 	req := driver.AcquireRequest{Name: "lane", Owner: "o", TTL: time.Minute}
-	pair := func() {
-		t.Helper()
-		g, err := f.d.TryAcquire(ctx, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pair := func() { f.grantAndRelease(t, ctx, req) }
 	pair()
 	st := f.admin.PoolStats()
 	before := st.Hits + st.Misses

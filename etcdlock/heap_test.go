@@ -25,36 +25,12 @@ func BenchmarkHeapPerLease(b *testing.B) {
 	b.Run("client", func(b *testing.B) {
 		c := dlock.New(newTestDriver(b, newClient(b, shared.Endpoints()), nil), &dlock.Options{TTL: 30 * time.Second})
 		defer c.Close()
-		run(b, func(name string) func() {
-			l, err := c.NewMutex(name, nil).Lock(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func() {
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		run(b, heapbench.ClientLocks(b, c, nil, false))
 	})
 	b.Run("client-timeout", func(b *testing.B) {
-		// Each Lock with a context of its own, cancelled once Lock returns,
-		// as the peer comparison (bench/peers) takes them.
 		c := dlock.New(newTestDriver(b, newClient(b, shared.Endpoints()), nil), &dlock.Options{TTL: 30 * time.Second})
 		defer c.Close()
-		run(b, func(name string) func() {
-			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			l, err := c.NewMutex(name, nil).Lock(lctx)
-			cancel()
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func() {
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		run(b, heapbench.ClientLocks(b, c, nil, true))
 	})
 	b.Run("driver", func(b *testing.B) {
 		d := newTestDriver(b, newClient(b, shared.Endpoints()), nil)

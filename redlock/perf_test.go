@@ -283,18 +283,7 @@ func BenchmarkHeapPerLease(b *testing.B) {
 		heapbench.PerLease(b, "REDLOCK_HEAP_PROFILE", take)
 	}
 	b.Run("client", func(b *testing.B) {
-		c := perfClient(b, srvs)
-		run(b, func(name string) func() {
-			l, err := c.NewMutex(name, &dlock.MutexOptions{TTL: 30 * time.Second}).Lock(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return func() {
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		run(b, heapbench.ClientLocks(b, perfClient(b, srvs), &dlock.MutexOptions{TTL: 30 * time.Second}, false))
 	})
 	b.Run("driver", func(b *testing.B) {
 		d, err := openTest(ctx, redlockURL(srvs, ""))

@@ -3,6 +3,7 @@
 package heapbench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path"
@@ -10,6 +11,8 @@ import (
 	"runtime/pprof"
 	"testing"
 	"time"
+
+	"github.com/dlock/dlock"
 )
 
 // PerLease holds max(b.N, 1000) locks of distinct names, each taken by
@@ -46,5 +49,30 @@ func PerLease(b *testing.B, profileEnv string, take func(name string) (release f
 	}
 	for _, rel := range rels {
 		rel()
+	}
+}
+
+// ClientLocks returns a take for PerLease that locks name with c (with
+// options o) and whose release unlocks it. With perCallTimeout, each Lock
+// gets a context.WithTimeout of its own, cancelled once Lock returns, as the
+// peer comparison (bench/peers) takes them: a Lease keeps that context for
+// Lease.Context's values.
+func ClientLocks(b *testing.B, c *dlock.Client, o *dlock.MutexOptions, perCallTimeout bool) func(name string) (release func()) {
+	ctx := context.Background()
+	return func(name string) func() {
+		lctx, cancel := ctx, context.CancelFunc(func() {})
+		if perCallTimeout {
+			lctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		}
+		l, err := c.NewMutex(name, o).Lock(lctx)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() {
+			if err := l.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -355,4 +356,23 @@ func ManyHeld(ctx context.Context, levels []int, perLevel Budget, op func(ctx co
 		r.AcquirePerLease = acquire / time.Duration(n)
 	}
 	return r, nil
+}
+
+// InterleaveN is Interleave for a Go benchmark: warmup untimed rounds, then
+// b.N timed ones (the timer reset before and stopped after); an error fails
+// b. It returns the timed durations of each op, indexed like ops.
+func InterleaveN(ctx context.Context, b *testing.B, warmup int, ops []func(ctx context.Context) error) [][]time.Duration {
+	b.Helper()
+	if warmup > 0 {
+		if _, err := Interleave(ctx, Budget{Max: warmup}, ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	ds, err := Interleave(ctx, Budget{Max: b.N}, ops)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ds
 }

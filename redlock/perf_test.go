@@ -126,15 +126,7 @@ func BenchmarkUncontended3(b *testing.B) {
 		func(ctx context.Context) error { return floor(ctx, "perf-floor") },
 		once(rs),
 	}
-	if _, err := locktest.Interleave(ctx, locktest.Budget{Max: 20}, ops); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	ds, err := locktest.Interleave(ctx, locktest.Budget{Max: b.N}, ops)
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ds := locktest.InterleaveN(ctx, b, 20, ops)
 	d, f, r := locktest.Median(ds[0]), locktest.Median(ds[1]), locktest.Median(ds[2])
 	b.ReportMetric(float64(d.Microseconds()), "dlock-p50-µs")
 	b.ReportMetric(float64(f.Microseconds()), "floor-p50-µs")
@@ -251,15 +243,7 @@ func BenchmarkBreakdown3(b *testing.B) {
 		},
 	}
 	names := []string{"floor", "scripts", "try", "acquire", "client"}
-	if _, err := locktest.Interleave(ctx, locktest.Budget{Max: 20}, ops); err != nil {
-		b.Fatal(err)
-	}
-	b.ResetTimer()
-	ds, err := locktest.Interleave(ctx, locktest.Budget{Max: b.N}, ops)
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
-	}
+	ds := locktest.InterleaveN(ctx, b, 20, ops)
 	f := locktest.Median(ds[0])
 	for i, n := range names {
 		md := locktest.Median(ds[i])

@@ -72,15 +72,7 @@ func BenchmarkLockUnlockHeld(b *testing.B) {
 					b.Fatalf("lock %d on the other database: %v", len(held), err)
 				}
 			}
-			if _, err := locktest.Interleave(ctx, locktest.Budget{Max: 10}, ops); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			ds, err := locktest.Interleave(ctx, locktest.Budget{Max: b.N}, ops)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
+			ds := locktest.InterleaveN(ctx, b, 10, ops)
 			h, z := locktest.Summarize(ds[0]).P50, locktest.Summarize(ds[1]).P50
 			b.ReportMetric(float64(h.Nanoseconds())/1e3, "p50-held-µs")
 			b.ReportMetric(float64(z.Nanoseconds())/1e3, "p50-none-µs")
@@ -115,12 +107,7 @@ func BenchmarkSignalHeld(b *testing.B) {
 				func(context.Context) error { many.grant("probe", "p"); many.released("probe", "p"); return nil },
 				func(context.Context) error { none.grant("probe", "p"); none.released("probe", "p"); return nil },
 			}
-			b.ResetTimer()
-			ds, err := locktest.Interleave(context.Background(), locktest.Budget{Max: b.N}, ops)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
+			ds := locktest.InterleaveN(context.Background(), b, 0, ops)
 			h, z := locktest.Summarize(ds[0]).P50, locktest.Summarize(ds[1]).P50
 			b.ReportMetric(float64(h.Nanoseconds()), "held-ns")
 			b.ReportMetric(float64(z.Nanoseconds()), "none-ns")

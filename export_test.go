@@ -27,3 +27,11 @@ func BackoffDraws(lo, hi time.Duration, n int) []time.Duration {
 	}
 	return out
 }
+
+// KeepWholeContexts makes leases keep the context Lock was called with
+// whole, as when the layout check of valuesOf fails, until restore is called.
+func KeepWholeContexts() (restore func()) {
+	saved := peelable
+	peelable = nil
+	return func() { peelable = saved }
+}

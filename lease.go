@@ -27,8 +27,11 @@ type Lease struct {
 	owner  string
 	token  uint64
 	handle any
-	key    string          // the driver's Grant.Key
-	parent context.Context // the context Lock was called with, for Context's values
+	key    string // the driver's Grant.Key
+	// parent answers Value as the context Lock was called with did, for
+	// Context's values: that context without the value-less cancellation
+	// layers on its top (see valuesOf); nil for context.Background.
+	parent context.Context
 	// x holds what most leases never need (see leaseExtra); nil while all
 	// of it is zero. Set before the lease is shared, or later under mu;
 	// once set it is never replaced.
@@ -124,7 +127,7 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	}
 	l := &Lease{
 		c: c, name: m.name, owner: r.owner, token: g.Token, key: g.Key, handle: g.Handle,
-		kind: m.kind, parent: parent,
+		kind: m.kind, parent: valuesOf(parent),
 		pos: [nHeaps]int32{-1, -1, -1},
 		ttl: ttl,
 	}
@@ -271,7 +274,7 @@ func (l *Lease) Context() context.Context {
 	defer l.mu.Unlock()
 	sig := l.sigLocked()
 	if sig.ctx == nil {
-		sig.ctx, sig.cancel = context.WithCancelCause(context.WithoutCancel(l.parent))
+		sig.ctx, sig.cancel = context.WithCancelCause(detachedValues(l.parent))
 		if l.state == stateEnded {
 			sig.cancel(l.errLocked())
 		}

@@ -277,7 +277,7 @@ type MultiLease struct {
 
 func newMultiLease(parent context.Context, parts []*Lease) *MultiLease {
 	ml := &MultiLease{parts: parts, done: make(chan struct{})}
-	ml.ctx, ml.cancel = context.WithCancelCause(context.WithoutCancel(parent))
+	ml.ctx, ml.cancel = context.WithCancelCause(detachedValues(valuesOf(parent)))
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
 	for _, p := range parts {

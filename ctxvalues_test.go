@@ -1,0 +1,84 @@
+package dlock_test
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/memlock"
+)
+
+type valKey string
+
+// Lease.Context carries the values of the context Lock was called with,
+// whatever cancel and timer layers were above or between them, though the
+// lease keeps none of those layers (and they were cancelled when Lock
+// returned).
+func TestLeaseContextValuesUnderCancelLayers(t *testing.T) {
+	c := dlock.New(memlock.NewBackend().NewDriver(), nil)
+	defer c.Close()
+	inner, cancelInner := context.WithCancel(context.WithValue(context.Background(), valKey("a"), "1"))
+	v := context.WithValue(inner, valKey("b"), "2")
+	ctx, cancel := context.WithTimeout(v, time.Minute)
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	l, err := c.NewMutex("values", nil).Lock(ctx)
+	cancelCause(nil)
+	cancel()
+	cancelInner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := l.Context()
+	if lc.Value(valKey("a")) != "1" || lc.Value(valKey("b")) != "2" {
+		t.Fatalf("Lease.Context values: a=%v b=%v, want 1 and 2", lc.Value(valKey("a")), lc.Value(valKey("b")))
+	}
+	if lc.Err() != nil {
+		t.Fatalf("Lease.Context ended with Lock's context: %v", lc.Err())
+	}
+	if _, ok := lc.Deadline(); ok {
+		t.Fatal("Lease.Context has Lock's deadline")
+	}
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-lc.Done()
+	if context.Cause(lc) == nil || lc.Value(valKey("b")) != "2" {
+		t.Fatalf("after Unlock: cause %v, b=%v", context.Cause(lc), lc.Value(valKey("b")))
+	}
+}
+
+// A held lease taken with a context of its own (context.WithTimeout,
+// cancelled once Lock returns, as the peer comparison takes them) does not
+// keep that context's timer layer alive: ≈220 B per lease when it did.
+func TestHeldLeaseKeepsNoTimerContext(t *testing.T) {
+	const n = 4000
+	perLease := func(name string) float64 {
+		c := dlock.New(memlock.NewBackend().NewDriver(), nil)
+		defer c.Close()
+		names := heldNames(name, n)
+		leases := make([]*dlock.Lease, n)
+		before := heapInUse()
+		for i, name := range names {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			l, err := c.NewMutex(name, nil).Lock(ctx)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases[i] = l
+		}
+		b := float64(int64(heapInUse())-int64(before)) / n
+		runtime.KeepAlive(leases)
+		return b
+	}
+	peeled := perLease("peeled")
+	restore := dlock.KeepWholeContexts()
+	whole := perLease("whole")
+	restore()
+	t.Logf("heap per held lease: %.0f B, %.0f B keeping the whole context", peeled, whole)
+	if whole-peeled < 150 {
+		t.Fatalf("a held lease costs %.0f B, only %.0f B less than keeping Lock's timer context whole (%.0f B)", peeled, whole-peeled, whole)
+	}
+}

@@ -268,6 +268,15 @@ func (d *Driver) keys(name string, handle any) redisscript.Keys {
 	return k
 }
 
+// lockKey is d.keys(name, handle).Lock, without building the other keys
+// of a grant's handle (a renewal needs only the lock's).
+func (d *Driver) lockKey(name string, handle any) string {
+	if h, ok := handle.(*redisscript.Ref); ok && h != nil {
+		return h.Lock()
+	}
+	return d.keys(name, handle).Lock
+}
+
 // mutexKeys are the keys of name's mutex in the driver's layout. A name
 // the plain layout refuses (see CheckName) is an error wrapping
 // driver.ErrInvalid.
@@ -557,7 +566,7 @@ func (d *Driver) Renew(ctx context.Context, ls []driver.Lease) ([]error, error) 
 		items[i] = redisscript.RenewItem{Owner: l.Owner, Token: l.Token, TTL: l.TTL}
 		switch l.Kind {
 		case driver.Exclusive:
-			items[i].Lock = d.keys(l.Name, l.Handle).Lock
+			items[i].Lock = d.lockKey(l.Name, l.Handle)
 		case driver.Write:
 			items[i].Lock = d.kindKeys(l).Writer
 		default:

@@ -46,17 +46,20 @@ type Keys struct {
 	Waits   string // the waiter queue's deadlines: a hash owner → server ms
 }
 
-// KeysFor returns the keys of the lock name under prefix. Its strings
-// share one allocation (see Ref).
+// KeysFor returns the keys of the lock name under prefix, in two
+// allocations (see Ref).
 func KeysFor(prefix, name string) Keys {
 	return RefFor(prefix, name).Keys()
 }
 
 // Ref is a compact form of one lock's Keys, for what a driver keeps per
-// held lease (a grant's handle, its entry in the book of Grants): one
-// string holding every key, B+":qd" + B+":fence" + B+":rel", where B is the
-// lock's hash-tagged base, P{E} in the dlock layout, B or "{"+B+"}" in the
-// plain layout (see PlainKeysFor). Keys slices it without allocating.
+// held lease (a grant's handle, its entry in the book of Grants): the one
+// string B+":qd", where B is the lock's hash-tagged base, P{E} in the dlock
+// layout, B or "{"+B+"}" in the plain layout (see PlainKeysFor). The lock,
+// queue and queue-deadline keys are slices of it; Keys builds the fencing
+// counter and release channel in one more allocation, when a call needs
+// them (an acquire or a release, not a renewal), rather than keeping them
+// for as long as the lease is held (they were two thirds of a Ref).
 type Ref struct {
 	buf   string
 	inner bool // the lock is B without its outer braces (plain layout, no hash tag)
@@ -69,13 +72,11 @@ func refFor(inner bool, parts ...string) Ref {
 		n += len(p)
 	}
 	var sb strings.Builder
-	sb.Grow(3*n + len(":qd:fence:rel"))
-	for _, suffix := range [...]string{":qd", ":fence", ":rel"} {
-		for _, p := range parts {
-			sb.WriteString(p)
-		}
-		sb.WriteString(suffix)
+	sb.Grow(n + len(":qd"))
+	for _, p := range parts {
+		sb.WriteString(p)
 	}
+	sb.WriteString(":qd")
 	return Ref{buf: sb.String(), inner: inner}
 }
 
@@ -84,22 +85,19 @@ func RefFor(prefix, name string) Ref {
 	return refFor(false, prefix, "{", encodeName(name), "}")
 }
 
-// Keys returns the keys r refers to. The strings share r's allocation.
+// Keys returns the keys r refers to: Lock, Queue and Waits share r's
+// string, Fence and Channel one new allocation.
 func (r Ref) Keys() Keys {
-	n := (len(r.buf) - len(":qd:fence:rel")) / 3
+	n := len(r.buf) - len(":qd")
 	base := r.buf[:n]
-	lock := base
-	if r.inner {
-		lock = base[1 : n-1]
-	}
-	f := n + 3
-	ch := f + n + len(":fence")
-	return Keys{Lock: lock, Queue: r.buf[:n+2], Waits: r.buf[:n+3], Fence: r.buf[f : f+n+len(":fence")], Channel: r.buf[ch:]}
+	fc := base + ":fence" + base + ":rel"
+	f := n + len(":fence")
+	return Keys{Lock: r.Lock(), Queue: r.buf[:n+2], Waits: r.buf, Fence: fc[:f], Channel: fc[f:]}
 }
 
-// Lock is r.Keys().Lock.
+// Lock is r.Keys().Lock, without allocating.
 func (r Ref) Lock() string {
-	n := (len(r.buf) - len(":qd:fence:rel")) / 3
+	n := len(r.buf) - len(":qd")
 	if r.inner {
 		return r.buf[1 : n-1]
 	}

@@ -160,3 +160,22 @@ func TestRefKeys(t *testing.T) {
 		t.Errorf("RefFor: %v allocations, want 1", n)
 	}
 }
+
+// A Ref, kept per held lease, holds one key's worth of string (B+":qd"),
+// not every key: the fencing counter and the release channel are built when
+// Keys is called.
+func TestRefKeepsOneKey(t *testing.T) {
+	for _, name := range []string{"orders/42", "a{b}c", "~x"} {
+		r := RefFor(DefaultPrefix, name)
+		k := r.Keys()
+		if len(r.buf) != len(k.Waits) {
+			t.Errorf("RefFor(%q) keeps %d bytes, want %d (%q)", name, len(r.buf), len(k.Waits), k.Waits)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = r.Lock() }); n != 0 {
+			t.Errorf("Ref.Lock: %v allocations, want 0", n)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = r.Keys() }); n > 1 {
+			t.Errorf("Ref.Keys: %v allocations, want at most 1", n)
+		}
+	}
+}

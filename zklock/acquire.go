@@ -1,7 +1,6 @@
 package zklock
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -74,7 +73,7 @@ func (d *Driver) checker(ctx context.Context) sessionlock.Check[*handle] {
 // grant describes h, confirmed by a request sent at sent.
 func (d *Driver) grant(h *handle, count int, sent time.Time) driver.Grant {
 	return driver.Grant{
-		Token:  uint64(cmp.Or(h.token, h.czxid)),
+		Token:  uint64(h.token()),
 		Count:  count,
 		TTL:    h.sess.ttl,
 		Sent:   sent,

@@ -61,13 +61,13 @@ func (d *Driver) setGuard(ctx context.Context, h *handle, delay time.Duration) e
 func (d *Driver) deleteHeld(h *handle) error {
 	conn := h.sess.l.conn
 	if h.guarded.Load() {
-		_, err := conn.Multi(&zk.DeleteRequest{Path: h.path, Version: h.version}, &zk.DeleteRequest{Path: h.guard(), Version: -1})
+		_, err := conn.Multi(&zk.DeleteRequest{Path: h.path, Version: h.version()}, &zk.DeleteRequest{Path: h.guard(), Version: -1})
 		if err == nil || connLoss(err) {
 			return err
 		}
 		// The guard or the node is gone: delete the node alone.
 	}
-	return conn.Delete(h.path, h.version)
+	return conn.Delete(h.path, h.version())
 }
 
 // checkGuard looks, through conn, at the guard in parent for the request whose node own is

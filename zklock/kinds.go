@@ -231,7 +231,7 @@ func (d *Driver) markGrant(ctx context.Context, h *handle, data []byte) error {
 	if err != nil {
 		return ctxerr.Wrap(ctx, "zklock: mark grant", err)
 	}
-	h.token, h.version = st.Mzxid, st.Version
+	h.k.token, h.k.version = st.Mzxid, st.Version
 	return nil
 }
 
@@ -303,7 +303,7 @@ func (d *Driver) enqueueRW(ctx context.Context, req driver.AcquireRequest, wait 
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	h := &handle{path: path, czxid: czxid, sess: sess, kind: req.Kind, guardPath: parent + "/" + kindGuard + gk + id}
+	h := &handle{path: path, czxid: czxid, sess: sess, k: &kindGrant{kind: req.Kind, guardPath: parent + "/" + kindGuard + gk + id}}
 	g, err := d.waitRW(ctx, h, parent, []byte(req.Owner), wait, req.LockDelay)
 	if err != nil {
 		d.discard(sess, parent, prefix, path, nil)
@@ -317,7 +317,7 @@ func (d *Driver) enqueueRW(ctx context.Context, req driver.AcquireRequest, wait 
 func (d *Driver) waitRW(ctx context.Context, h *handle, parent string, data []byte, wait bool, delay time.Duration) (driver.Grant, error) {
 	t := &turn{d: d, sess: h.sess, conn: h.sess.l.conn, parent: parent}
 	_, own := splitPath(h.path)
-	_, ownGuard := splitPath(h.guardPath)
+	_, ownGuard := splitPath(h.k.guardPath)
 	for {
 		children, _, sent, err := d.listen(ctx, h.sess, parent, false)
 		if err != nil {
@@ -335,7 +335,7 @@ func (d *Driver) waitRW(ctx context.Context, h *handle, parent string, data []by
 			return driver.Grant{}, fmt.Errorf("zklock: node %s was deleted while waiting: %w", h.path, driver.ErrSessionLost)
 		}
 		pred, guards := "", kindGuard
-		if h.kind == driver.Write {
+		if h.k.kind == driver.Write {
 			if i > 0 {
 				pred = sorted[i-1]
 			}
@@ -560,7 +560,7 @@ func (d *Driver) takePermit(ctx context.Context, sess *session, req driver.Acqui
 	if err != nil {
 		return driver.Grant{}, "", err
 	}
-	h := &handle{path: lpath, czxid: czxid, sess: sess, kind: driver.Permit, guardPath: sem + "/" + kindGuard + id}
+	h := &handle{path: lpath, czxid: czxid, sess: sess, k: &kindGrant{kind: driver.Permit, guardPath: sem + "/" + kindGuard + id}}
 	_, lease := splitPath(lpath)
 	for {
 		children, ch, sent, err := d.listen(ctx, sess, leases, wait)
@@ -595,9 +595,9 @@ func (d *Driver) takePermit(ctx context.Context, sess *session, req driver.Acqui
 				return driver.Grant{}, lpath, ctxerr.Wrap(ctx, "zklock: grant permit", err)
 			}
 			if st := resp[1].Stat; st != nil {
-				h.token, h.version = st.Mzxid, st.Version
+				h.k.token, h.k.version = st.Mzxid, st.Version
 			}
-			if h.token == 0 {
+			if h.k.token == 0 {
 				return driver.Grant{}, lpath, errors.New("zklock: grant permit: no stat in the reply")
 			}
 			if req.LockDelay > 0 {

@@ -31,7 +31,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	// A nested release is counted down locally once a check found the node
 	// in place; a check whose outcome is unknown leaves the count alone, so
 	// the caller may simply call Release again.
-	n, nested, err := d.holds.Release(sessionlock.HoldName(hd.kind, l.Name), l.Owner, hd, d.checker(ctx),
+	n, nested, err := d.holds.Release(sessionlock.HoldName(hd.kind(), l.Name), l.Owner, hd, d.checker(ctx),
 		func() error { return fmt.Errorf("zklock: node %s is gone: %w", hd.path, driver.ErrNotHeld) })
 	if nested || err != nil {
 		return n, err

@@ -130,6 +130,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -229,25 +230,57 @@ var (
 // so TTLs, in whole milliseconds.
 func (d *Driver) Limits() driver.Limits { return driver.Limits{TTLGranularity: time.Millisecond} }
 
-// handle is the Grant.Handle of this driver.
+// handle is the Grant.Handle of this driver. The driver keeps one per held
+// grant, so what only a kind's grant needs is apart (k): a mutex's handle is
+// 48 bytes.
 type handle struct {
 	path    string
 	czxid   int64
 	sess    *session
+	k       *kindGrant  // a kind's grant (RWMutex, Semaphore); nil for a mutex's
 	guarded atomic.Bool // a lock-delay guard of this grant exists (see delay.go)
+}
 
+// kindGrant is what a handle of a kind's grant keeps besides a mutex's.
+type kindGrant struct {
 	kind      driver.Kind
-	guardPath string // the lock-delay guard node of a kind's grant; "" for a mutex's (see guard)
-	version   int32  // the node's data version (1 once a kind's grant wrote its token, see kinds.go)
+	version   int32  // the node's data version (1 once the grant wrote its token, see kinds.go)
 	token     int64  // the token when it is not czxid (see kinds.go)
+	guardPath string // the grant's lock-delay guard node (a mutex's is derived, see guard)
+}
+
+// kind is what h's grant holds: the zero Kind (a mutex's) unless k is set.
+func (h *handle) kind() driver.Kind {
+	if h.k == nil {
+		return 0
+	}
+	return h.k.kind
+}
+
+// version is h's node's data version: 0 for a mutex's, which is never
+// written after it is created.
+func (h *handle) version() int32 {
+	if h.k == nil {
+		return 0
+	}
+	return h.k.version
+}
+
+// token is the grant's fencing token: czxid, or for a kind's grant the
+// zxid of the write that marked it.
+func (h *handle) token() int64 {
+	if h.k == nil {
+		return h.czxid
+	}
+	return cmp.Or(h.k.token, h.czxid)
 }
 
 // guard is the lock-delay guard node of h's grant: a mutex's is the lock's
 // one guard, beside its node (derived rather than kept: the driver keeps a
 // handle per held grant).
 func (h *handle) guard() string {
-	if h.guardPath != "" {
-		return h.guardPath
+	if h.k != nil && h.k.guardPath != "" {
+		return h.k.guardPath
 	}
 	return h.path[:strings.LastIndexByte(h.path, '/')+1] + guardName
 }

@@ -130,8 +130,8 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	l := &Lease{
 		c: c, name: m.name, owner: r.owner, token: g.Token, key: g.Key, handle: g.Handle,
 		kind: m.kind,
-		pos: [nHeaps]int32{-1, -1, -1},
-		ttl: ttl,
+		pos:  [nHeaps]int32{-1, -1, -1},
+		ttl:  ttl,
 	}
 	if r.generated {
 		l.flags |= generated

@@ -28,6 +28,13 @@ type Lease struct {
 	token  uint64
 	handle any
 	key    string // the driver's Grant.Key
+	// parent answers Value as the context Lock was called with did, for
+	// Context's values: that context without the value-less cancellation
+	// layers on its top (see valuesOf); nil for context.Background. It is
+	// kept here rather than in leaseExtra: most leases have one (a
+	// program's root context, shared by all of them), and a leaseExtra
+	// made for it would cost 64 B more than the field.
+	parent context.Context
 	// x holds what most leases never need (see leaseExtra); nil while all
 	// of it is zero. Set before the lease is shared, or later under mu;
 	// once set it is never replaced.
@@ -74,8 +81,8 @@ const (
 // leaseExtra holds the parts of a Lease that most leases never need, so that
 // a held lease costs little heap: a lock-delay, a semaphore's size, an
 // explicit renewal interval, a hold count other than 1, the Hooks' grant
-// time, renewal failures, an end other than a plain release, the Done
-// channel and Context, and the values of Lock's context when it had any. Its fields are set before the lease is shared or
+// time, renewal failures, an end other than a plain release, and the Done
+// channel and Context. Its fields are set before the lease is shared or
 // under Lease.mu.
 type leaseExtra struct {
 	delay      time.Duration
@@ -90,12 +97,6 @@ type leaseExtra struct {
 	renewSet   bool
 	hasCount   bool
 	sig        *leaseSignals // made on first use of Done or Context
-	// parent answers Value as the context Lock was called with did, for
-	// Context's values: that context without the value-less cancellation
-	// layers on its top (see valuesOf); nil for context.Background, and
-	// for the context Lock's own context.WithTimeout or WithCancel made
-	// over it, which most callers give it.
-	parent context.Context
 }
 
 // extraLocked returns l.x, making it if need be (l.mu held, or l not yet
@@ -129,15 +130,12 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	}
 	l := &Lease{
 		c: c, name: m.name, owner: r.owner, token: g.Token, key: g.Key, handle: g.Handle,
-		kind: m.kind,
-		pos:  [nHeaps]int32{-1, -1, -1},
-		ttl:  ttl,
+		kind: m.kind, parent: valuesOf(parent),
+		pos: [nHeaps]int32{-1, -1, -1},
+		ttl: ttl,
 	}
 	if r.generated {
 		l.flags |= generated
-	}
-	if v := valuesOf(parent); v != nil {
-		l.extraLocked().parent = v
 	}
 	if r.delay != 0 {
 		l.extraLocked().delay = r.delay
@@ -279,7 +277,7 @@ func (l *Lease) Context() context.Context {
 	defer l.mu.Unlock()
 	sig := l.sigLocked()
 	if sig.ctx == nil {
-		sig.ctx, sig.cancel = context.WithCancelCause(detachedValues(l.x.parent))
+		sig.ctx, sig.cancel = context.WithCancelCause(detachedValues(l.parent))
 		if l.state == stateEnded {
 			sig.cancel(l.errLocked())
 		}

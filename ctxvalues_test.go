@@ -2,11 +2,14 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/memlock"
 )
 
@@ -101,5 +104,35 @@ func TestHeldLeaseUnderSharedRoot(t *testing.T) {
 	t.Logf("heap per held lease: %.0f B under Background, %.0f B under a shared root", bg, root)
 	if root-bg > 24 {
 		t.Fatalf("a held lease under a shared root context costs %.0f B, %.0f B more than under Background (%.0f B)", root, root-bg, bg)
+	}
+}
+
+// keyDriver reports each grant's key as prefix + name, as etcdlock,
+// zklock and redislock name theirs.
+type keyDriver struct{ *memlock.Driver }
+
+func (d keyDriver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	g, err := d.Driver.TryAcquire(ctx, req)
+	g.Key = "locks/" + req.Name + "/slot-0"
+	return g, err
+}
+
+// A lease whose grant's key holds the lock's name keeps the name as a slice
+// of that key, which it keeps anyway, not the caller's name string (≈48 B
+// per held lease when the name was made for the Lock).
+func TestLeaseNameSharesItsKey(t *testing.T) {
+	c := dlock.New(keyDriver{memlock.NewBackend().NewDriver()}, nil)
+	defer c.Close()
+	name := fmt.Sprintf("orders/%d", 42)
+	l, err := c.NewMutex(name, nil).Lock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	if l.Name() != name || l.Key() != "locks/orders/42/slot-0" {
+		t.Fatalf("Name %q, Key %q", l.Name(), l.Key())
+	}
+	if unsafe.StringData(l.Name()) != unsafe.StringData(l.Key()[len("locks/"):]) {
+		t.Fatal("the lease keeps the caller's name string, not a slice of its key")
 	}
 }

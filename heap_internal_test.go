@@ -87,3 +87,23 @@ func testLeaseHeap(t *testing.T, h leaseHeap) {
 		t.Fatalf("the empty heap keeps room for %d leases", cap(h.ls))
 	}
 }
+
+// A generated owner, which every held lease keeps, takes 22 characters
+// (the 24-byte size class), printable and valid as an explicit owner, and
+// owners are distinct.
+func TestGeneratedOwner(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		o := newOwner()
+		if len(o) > 24 {
+			t.Fatalf("a generated owner takes %d bytes (%q), more than 24", len(o), o)
+		}
+		if err := checkOwner(o); err != nil {
+			t.Fatalf("generated owner %q: %v", o, err)
+		}
+		if seen[o] {
+			t.Fatalf("owner %q generated twice", o)
+		}
+		seen[o] = true
+	}
+}

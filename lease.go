@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,7 +130,7 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 		ttl = g.TTL
 	}
 	l := &Lease{
-		c: c, name: m.name, owner: r.owner, token: g.Token, key: g.Key, handle: g.Handle,
+		c: c, name: keyedName(m.name, g.Key), owner: r.owner, token: g.Token, key: g.Key, handle: g.Handle,
 		kind: m.kind, parent: valuesOf(parent),
 		pos: [nHeaps]int32{-1, -1, -1},
 		ttl: ttl,
@@ -159,6 +160,20 @@ func newLease(c *Client, m *Mutex, r resolved, g driver.Grant, sent time.Time, p
 	l.keys[byRenew] = at + int64(every) // filed by register
 	l.validUntil = at + int64(ttl-l.driftLocked())
 	return l
+}
+
+// keyedName returns name, as a slice of key when key holds it (an etcd key,
+// a ZooKeeper path, a Redis key usually do): the lease keeps key anyway, and
+// the caller's name string, often made for the one Lock (fmt.Sprintf), is
+// then not kept alive by the lease.
+func keyedName(name, key string) string {
+	if name == "" {
+		return name
+	}
+	if i := strings.Index(key, name); i >= 0 {
+		return key[i : i+len(name)]
+	}
+	return name
 }
 
 // renewEveryLocked is how often l is renewed (l.mu held, or l not yet

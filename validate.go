@@ -2,7 +2,7 @@ package dlock
 
 import (
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"unicode"
 	"unicode/utf8"
 
@@ -45,7 +45,10 @@ func checkOwner(owner string) error {
 	return nil
 }
 
-// newOwner returns a random 128-bit owner token, hex-encoded.
+// newOwner returns a random 128-bit owner token in unpadded URL-safe
+// base64: 22 characters, which fit the allocator's 24-byte size class (32
+// hex digits took the 32-byte one), for a string every held lease keeps
+// and most drivers share.
 func newOwner() string {
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -53,5 +56,5 @@ func newOwner() string {
 		// the program itself if it does); keep the guard for older ones.
 		panic("dlock: crypto/rand failed: " + err.Error())
 	}
-	return hex.EncodeToString(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }

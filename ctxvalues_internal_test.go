@@ -77,7 +77,11 @@ func TestPeelableFallsBackOnUnknownLayout(t *testing.T) {
 		}
 	})
 	if len(got) != 2 || got[0].typ != reflect.TypeOf(&goodLayer{}) || got[1].typ != reflect.TypeOf(goodLayer{}) {
-		t.Fatalf("the layout check accepted %v, want *goodLayer and goodLayer only", got)
+		var names []string
+		for _, p := range got {
+			names = append(names, p.typ.String())
+		}
+		t.Fatalf("the layout check accepted %v, want *goodLayer and goodLayer only", names)
 	}
 
 	saved := peelable

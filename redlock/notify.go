@@ -130,6 +130,9 @@ type listener struct {
 type waiter struct {
 	sig   chan struct{}
 	nodes atomic.Uint64
+	// grants are the grants releases made for the waiter (see grant.go);
+	// nil for a waiter that does not ask for them.
+	grants *grantState
 }
 
 func newWaiter() *waiter { return &waiter{sig: make(chan struct{}, 1)} }
@@ -289,6 +292,10 @@ func (d *Driver) closeListeners() {
 // with the node it came from.
 func (d *Driver) filterAt(node int) func(channel, payload string) bool {
 	return func(channel, payload string) bool {
+		if channel == d.grantCh {
+			d.grantMessage(node, payload)
+			return false
+		}
 		pass, copies := d.seen.see(channel, payload)
 		if copies == 0 {
 			return false

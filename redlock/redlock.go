@@ -151,7 +151,16 @@ type Driver struct {
 	stopWorkers chan struct{}
 	stopOnce    sync.Once
 	closeOnce   sync.Once
-	closeErr    error
+	// grantCh is the channel the nodes publish this driver's waiters'
+	// grants on (see grant.go); grantSubs tells on which nodes it is
+	// subscribed, under grantMu; grantSig is its subscriptions' (unused)
+	// wake-up channel.
+	grantCh    string
+	grantMu    sync.Mutex
+	grantSubs  []bool
+	grantTried []time.Time
+	grantSig   chan struct{}
+	closeErr   error
 }
 
 type node struct {
@@ -185,6 +194,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	}
 	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{}), workers: make(chan func()), stopWorkers: make(chan struct{})}
 	d.seen.quorum = d.quorum
+	d.grantSig = make(chan struct{}, 1)
 	if o != nil {
 		if o.KeyPrefix != "" {
 			d.prefix = o.KeyPrefix
@@ -197,6 +207,9 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
 		return nil, openurl.Invalid("KeyPrefix", "redlock: invalid KeyPrefix: %w", err)
 	}
+	d.grantCh = newGrantChannel(d.prefix)
+	d.grantSubs = make([]bool, len(clients))
+	d.grantTried = make([]time.Time, len(clients))
 	for i, c := range clients {
 		if c == nil {
 			return nil, openurl.Invalid("clients", "redlock: client %d is nil", i)

@@ -59,6 +59,15 @@ type grantNode struct {
 	sent  time.Time // latest send time of a refused attempt (zero: none answered)
 	floor uint64    // a grant counts if its token is above this
 	token uint64    // largest token of a grant message, 0 for none
+	// from is the grant the release that made token's grant released
+	// (see counted).
+	from released
+}
+
+// released is the grant a release freed: its owner and token.
+type released struct {
+	owner string
+	token uint64
 }
 
 func newGrantState(n int) *grantState { return &grantState{nodes: make([]grantNode, n)} }
@@ -85,11 +94,14 @@ func (g *grantState) granted(i int, token uint64) {
 	g.mu.Unlock()
 }
 
-// offer records a grant message of node i.
-func (g *grantState) offer(i int, token uint64) {
+// offer records a grant message of node i: token, made by the release of
+// from.
+func (g *grantState) offer(i int, token uint64, from released) {
 	g.mu.Lock()
 	n := &g.nodes[i]
-	n.token = max(n.token, token)
+	if token > n.token {
+		n.token, n.from = token, from
+	}
 	g.mu.Unlock()
 }
 
@@ -101,17 +113,41 @@ type nodeGrant struct {
 	sent  time.Time
 }
 
-// counted returns the grants that count (see grantState) and how many
-// grant messages came in all (counted or not).
+// counted returns the largest set of grants that count together, and
+// how many grant messages came in all (counted or not). A grant counts
+// when its token is above its node's floor (see grantState); grants count
+// together when the releases that made them freed one grant (same owner
+// and token): that grant's token had been written back to those nodes
+// (a grant's value carries its final token only after the write-back),
+// so each new token is above it, and it was above every token handed out
+// before it. Grants made by the releases of different holders could come
+// from before one of them wrote its token back, and are adopted by an
+// attempt instead, which gives them new tokens.
 func (g *grantState) counted() (got []nodeGrant, messages int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	var best released
+	bestN := 0
 	for i, n := range g.nodes {
 		if n.token == 0 {
 			continue
 		}
 		messages++
-		if !n.sent.IsZero() && n.token > n.floor {
+		if n.sent.IsZero() || n.token <= n.floor {
+			continue
+		}
+		c := 0
+		for _, m := range g.nodes[i:] {
+			if m.token > m.floor && !m.sent.IsZero() && m.from == n.from {
+				c++
+			}
+		}
+		if c > bestN {
+			best, bestN = n.from, c
+		}
+	}
+	for i, n := range g.nodes {
+		if bestN > 0 && n.token > n.floor && !n.sent.IsZero() && n.from == best {
 			got = append(got, nodeGrant{i: i, token: n.token, sent: n.sent})
 		}
 	}
@@ -157,29 +193,26 @@ func (d *Driver) subscribeGrants(ctx context.Context) {
 	}
 }
 
-// grantMessage handles a grant message "token\nowner\nrelease channel"
-// from node i: the waiter it names gets it, or, if it has no waiting Lock
+// grantMessage handles a grant message "token\nowner\nreleased
+// token\nreleasing owner\nrelease channel" from node i: the waiter it names gets it, or, if it has no waiting Lock
 // here and does not hold the lock through this driver, the grant is
 // released (by token, so that nothing newer is touched).
 func (d *Driver) grantMessage(i int, payload string) {
-	a := strings.IndexByte(payload, '\n')
-	if a < 0 {
+	f := strings.SplitN(payload, "\n", 5)
+	if len(f) != 5 {
 		return
 	}
-	b := strings.IndexByte(payload[a+1:], '\n')
-	if b < 0 {
-		return
-	}
-	token, err := strconv.ParseUint(payload[:a], 10, 64)
+	token, err := strconv.ParseUint(f[0], 10, 64)
 	if err != nil || token == 0 {
 		return
 	}
-	owner, channel := payload[a+1:a+1+b], payload[a+2+b:]
+	relToken, _ := strconv.ParseUint(f[2], 10, 64)
+	owner, from, channel := f[1], released{owner: f[3], token: relToken}, f[4]
 	ls := &d.listeners
 	ls.mu.Lock()
 	if l := ls.m[channel]; l != nil {
 		if w := l.owners[owner]; w != nil && w.grants != nil {
-			w.grants.offer(i, token)
+			w.grants.offer(i, token, from)
 			w.wake()
 			ls.mu.Unlock()
 			return

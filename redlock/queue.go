@@ -118,7 +118,10 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 				continue // a release before the subscription is not missed
 			}
 		}
-		wait := queueWait/3 - time.Since(sent)
+		// A waiter asking for grants renews its entries (and the send time
+		// its grants count from) at least every quarter of its TTL, so
+		// that a grant usually leaves it enough validity (see takeGrants).
+		wait := min(queueWait/3, req.TTL/4) - time.Since(sent)
 		if le.RetryAfter > 0 && le.RetryAfter+time.Millisecond < wait {
 			wait = le.RetryAfter + time.Millisecond
 		}

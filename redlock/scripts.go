@@ -27,23 +27,20 @@ import (
 // granted.
 
 // waitAcquireSrc is redisscript's acquire script for a queued Redlock
-// waiter (ARGV[6], the score, is required), with three changes:
+// waiter (ARGV[6], the score, is required), with three changes. A refusal
+// records the waiter's grant request in qg (ARGV[7] is its driver's grant
+// channel). A live grant of this owner whose qg record is "=token" (a
+// release granted it to this waiter) is adopted: the hold count stays 1,
+// the token is a new one from the counter (INCR, as a new grant now would
+// get), the lease is set afresh (PX ttl + delay from now), the record
+// goes, and the reply is that of a new grant (the token alone). A
+// refusal's reply has a sixth element, the node's fencing counter as it
+// was (decimal string, "0" when missing or not an integer).
 //
-//   - a refusal records the waiter's grant request in qg
-//     (ARGV[7] is its driver's grant channel);
-//
-//   - a live grant of this owner whose qg record is "=token" (a release
-//     granted it to this waiter) is adopted: the hold count stays 1, the
-//     lease is set afresh (PX ttl + delay from now), the record goes, and
-//     the reply is that of a new grant (the token alone);
-//
-//   - a refusal's reply has a sixth element, the node's fencing counter
-//     as it was (decimal string, "0" when missing or not an integer).
-//
-//     KEYS[1] lock, KEYS[2] fence, KEYS[3] queue, KEYS[4] queue deadlines, KEYS[5] qg
-//     ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms, ARGV[4] queue
-//     entry lifetime ms, ARGV[5] release channel, ARGV[6] score, ARGV[7]
-//     grant channel
+//	KEYS[1] lock, KEYS[2] fence, KEYS[3] queue, KEYS[4] queue deadlines, KEYS[5] qg
+//	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms, ARGV[4] queue
+//	entry lifetime ms, ARGV[5] release channel, ARGV[6] score, ARGV[7]
+//	grant channel
 var waitAcquireSrc = `
 local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
@@ -72,6 +69,13 @@ if v then
     local ne, nd = lease()
     local count = tonumber(c)
     if redis.call('HGET', KEYS[5], owner) == '=' .. f then
+      -- Adopted with a new token, as a new grant now would get.
+      local n = redis.pcall('INCR', KEYS[2])
+      if type(n) == 'number' and n >= 1 then
+        f = string.format('%.0f', n)
+      elseif type(n) == 'number' then
+        redis.call('DECR', KEYS[2])
+      end
       redis.call('HDEL', KEYS[5], owner)
       redis.call('ZREM', KEYS[3], owner)
       redis.call('HDEL', KEYS[4], owner)
@@ -138,8 +142,8 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0, cnt}
 // grantReleaseSrc is redisscript's release script (same keys first, same
 // replies) that, when it frees the lock and the first live waiter of the
 // queue has a grant request in qg, grants the lock to that waiter at once
-// instead of waking it: it publishes "token\nowner\nrelease channel" on
-// the waiter's grant channel, and only if that reached a subscriber (the
+// instead of waking it: it publishes "token\nowner\nreleased token\n
+// releasing owner\nrelease channel" on the waiter's grant channel, and only if that reached a subscriber (the
 // waiter's driver is connected) it raises the fencing counter to token
 // (the counter + 1: a new grant's token, as INCR would make it), sets the
 // lock to the waiter's grant "1\ntoken\nexp\ndelay\nowner" with PX
@@ -183,9 +187,9 @@ if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
 end
 local msg = f
 local QG = KEYS[2] .. 'g'
+redis.call('HDEL', QG, ARGV[1])
 local head = redis.call('EXISTS', KEYS[2]) == 1 and redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if head then
-  redis.call('HDEL', QG, ARGV[1])
   local t = now()
   while head do
     local dl = redis.call('HGET', KEYS[3], head)
@@ -203,7 +207,7 @@ if head then
     if n == false then n = '0' end
     if gttl and type(n) == 'string' and string.match(n, '^%d+$') then
       local tok = string.format('%.0f', tonumber(n) + 1)
-      if redis.call('PUBLISH', gch, tok .. '\n' .. head .. '\n' .. ARGV[3]) > 0 then
+      if redis.call('PUBLISH', gch, tok .. '\n' .. head .. '\n' .. f .. '\n' .. ARGV[1] .. '\n' .. ARGV[3]) > 0 then
         local ttl, delay = tonumber(gttl), tonumber(gdelay)
         local ne, nd = '', ''
         if delay > 0 then ne, nd = string.format('%.0f', t + ttl), gdelay end

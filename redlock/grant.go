@@ -303,24 +303,10 @@ func (d *Driver) takeGrants(ctx context.Context, ops *lockOps, got []nodeGrant) 
 	if d.gate.Stopped() {
 		return driver.Grant{}, false, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
-	// The nodes that did not grant (yet): out of their queue. A grant
-	// they make meanwhile is the holder's, released with it.
-	var which []int
-	for i := range d.nodes {
-		in := false
-		for _, x := range got {
-			in = in || x.i == i
-		}
-		if !in {
-			which = append(which, i)
-		}
-	}
-	if len(which) > 0 {
-		d.gate.Add(1)
-		go func() {
-			defer d.gate.Done()
-			d.leaveNodes(ctx, ops, which, timeout)
-		}()
-	}
+	// The nodes that did not grant (yet) are left alone: their grant,
+	// usually a moment behind, is the holder's (grantMessage keeps it),
+	// released with the lease; a node that has not granted by then takes
+	// the owner out of its queue on that release (grantReleaseSrc), and
+	// otherwise the entry, no longer renewed, ends after queueWait.
 	return driver.Grant{Token: token, Count: 1, Key: ops.keys.Lock, Handle: &handle{ref: ops.ref}, Sent: sent}, true, nil
 }

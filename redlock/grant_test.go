@@ -294,3 +294,25 @@ func TestGrantsFromOneRelease(t *testing.T) {
 		t.Errorf("grants of nodes 0 and 2 from a's release: %v counted; want nodes 0 and 2", got)
 	}
 }
+
+// TestReleaseNotHeldLeavesQueue: a release by an owner that does not hold
+// the lock on a node but is queued there (its lease was granted on a
+// quorum of other nodes first, so its waiting Lock never left this node's
+// queue) takes it out of the queue, so that it does not hold up the next
+// waiter there until its entry expires.
+func TestReleaseNotHeldLeavesQueue(t *testing.T) {
+	e := newGrantEnv(t, "grant-release-leaves")
+	a := e.admins[0]
+	if r, _, err := acquireWaiting(e.ctx, a, e.k, "w", 10*time.Second, 0, time.Now().UnixMilli(), e.d2.grantCh); err != nil || r.Granted {
+		t.Fatalf("w's attempt %+v, %v; want a refusal", r, err)
+	}
+	if _, held, err := releaseGranting(e.ctx, a, e.k, "w", 0); err != nil || held {
+		t.Fatalf("w's release: held %v, %v; want not held", held, err)
+	}
+	if _, err := a.ZScore(e.ctx, e.k.Queue, "w").Result(); err != redis.Nil {
+		t.Errorf("w still queued after its release (%v)", err)
+	}
+	if _, err := a.HGet(e.ctx, grantsKey(e.k), "w").Result(); err != redis.Nil {
+		t.Errorf("w's grant request kept after its release (%v)", err)
+	}
+}

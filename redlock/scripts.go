@@ -151,7 +151,9 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0, cnt}
 // records "=token" for it in qg. Otherwise (no request, nobody listening,
 // a fencing counter dlock did not write) it does what redisscript's
 // release does: delete and publish "token\nhead" on the release channel.
-// Releasing also drops the releasing owner's own qg record.
+// Releasing also drops the releasing owner's own qg record; an owner that
+// does not hold the lock (reply -1) leaves the queue if it is in it (its
+// lease was granted by a quorum of other nodes before this one's grant).
 //
 //	KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] fence
 //	ARGV[1] owner, ARGV[2] token ("0": do not check), ARGV[3] release channel
@@ -171,12 +173,22 @@ local function now()
   end
   return nowms
 end
+local QG = KEYS[2] .. 'g'
+-- notHeld: the owner does not hold the lock here; if it is still queued
+-- (a grant on a quorum of other nodes came first), it leaves the queue.
+local function notHeld()
+  if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+    redis.call('HDEL', KEYS[3], ARGV[1])
+    redis.call('HDEL', QG, ARGV[1])
+  end
+  return -1
+end
 if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
-  if type(v) ~= 'string' then return -1 end
+  if type(v) ~= 'string' then return notHeld() end
   local c, e, d, o
   c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
   if not c or o ~= ARGV[1] or (ARGV[2] ~= '0' and f ~= ARGV[2]) or (e ~= '' and tonumber(e) <= now()) then
-    return -1
+    return notHeld()
   end
   local count = tonumber(c) - 1
   if count > 0 then
@@ -186,7 +198,6 @@ if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
   end
 end
 local msg = f
-local QG = KEYS[2] .. 'g'
 redis.call('HDEL', QG, ARGV[1])
 local head = redis.call('EXISTS', KEYS[2]) == 1 and redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if head then

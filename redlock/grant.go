@@ -235,10 +235,23 @@ func keysOfChannel(channel string) (redisscript.Keys, bool) {
 	return redisscript.Keys{Lock: base, Fence: base + ":fence", Channel: channel, Queue: base + ":q", Waits: base + ":qd"}, true
 }
 
-// releaseGrant releases, in the background, owner's grant token of k on
-// node i (handing the lock on to the next waiter), unless Close has begun.
+// unusedGrant is a grant a waiter was sent and did not use.
+type unusedGrant struct {
+	k     redisscript.Keys
+	owner string
+	node  int
+	token uint64
+}
+
+// releaseGrant releases owner's grant token of k on node i (handing the
+// lock on to the next waiter): in the background, or, once Close has
+// begun, at once (Close closes the connections only after the pub/sub
+// loops that call it have stopped).
 func (d *Driver) releaseGrant(k redisscript.Keys, owner string, i int, token uint64) {
 	if !d.gate.Enter() {
+		ctx, cancel := context.WithTimeout(context.Background(), MaxNodeTimeout)
+		defer cancel()
+		_, _, _ = releaseGranting(ctx, d.nodes[i].client, k, owner, token)
 		return
 	}
 	d.gate.Add(1)

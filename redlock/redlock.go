@@ -281,7 +281,9 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.closing) // a staggered attempt sends to its late nodes now
 		d.gate.Stop()
-		d.closeListeners()
+		for _, u := range d.closeListeners() {
+			d.releaseGrant(u.k, u.owner, u.node, u.token)
+		}
 		clients := make([]redis.UniversalClient, len(d.nodes))
 		for i, n := range d.nodes {
 			clients[i] = n.client
@@ -314,7 +316,7 @@ func (d *Driver) kill() {
 		_ = n.client.Close()
 	}
 	d.gate.Stop()
-	d.closeListeners()
+	_ = d.closeListeners()
 	d.grants.Forget()
 	d.stopWorkersOnce()
 }

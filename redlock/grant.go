@@ -316,6 +316,7 @@ func (d *Driver) takeGrants(ctx context.Context, ops *lockOps, got []nodeGrant) 
 	if d.gate.Stopped() {
 		return driver.Grant{}, false, fmt.Errorf("redlock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
 	}
+	d.grantsTaken.Add(1)
 	// The nodes that did not grant (yet) are left alone: their grant,
 	// usually a moment behind, is the holder's (grantMessage keeps it),
 	// released with the lease; a node that has not granted by then takes

@@ -9,9 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testwait"
+	"github.com/dlock/dlock/locktest"
 )
 
 // grantEnv is the set-up of the grant-in-release tests: two drivers over
@@ -314,5 +316,38 @@ func TestReleaseNotHeldLeavesQueue(t *testing.T) {
 	}
 	if _, err := a.HGet(e.ctx, grantsKey(e.k), "w").Result(); err != redis.Nil {
 		t.Errorf("w's grant request kept after its release (%v)", err)
+	}
+}
+
+// TestHotLockHandsOffByGrants: with a hot lock passed among four clients
+// (TTL 1s, as the checker's), most hand-offs are grants taken from the
+// release's messages, not acquires after a wake-up.
+func TestHotLockHandsOffByGrants(t *testing.T) {
+	srvs, _, _ := safetyEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	var drivers []*Driver
+	var lockers []locktest.LockFunc
+	for range 4 {
+		d, err := openTest(ctx, redlockURL(srvs, testNodeTimeout))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dlock.New(d, &dlock.Options{TTL: time.Second})
+		t.Cleanup(func() { _ = c.Close() })
+		drivers = append(drivers, d)
+		lockers = append(lockers, locktest.MutexLocker(c.NewMutex("grant-hot", nil)))
+	}
+	r, err := locktest.HotLock(ctx, locktest.Budget{Duration: time.Second}, lockers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken int64
+	for _, d := range drivers {
+		taken += d.grantsTaken.Load()
+	}
+	handoffs := r.Ops - r.Retakes - 1
+	t.Logf("%d Locks, %d hand-offs, %d taken on grants", r.Ops, handoffs, taken)
+	if handoffs < 20 || taken < int64(handoffs)/2 {
+		t.Errorf("%d of %d hand-offs taken on grants; want at least half (and 20 hand-offs)", taken, handoffs)
 	}
 }

@@ -160,7 +160,10 @@ type Driver struct {
 	grantSubs  []bool
 	grantTried []time.Time
 	grantSig   chan struct{}
-	closeErr   error
+	// grantsTaken counts the waiting Locks that took the lock on grant
+	// messages (for tests).
+	grantsTaken atomic.Int64
+	closeErr    error
 }
 
 type node struct {

@@ -128,17 +128,17 @@ func (g *grantState) counted() (got []nodeGrant, messages int) {
 	defer g.mu.Unlock()
 	var best released
 	bestN := 0
-	for i, n := range g.nodes {
-		if n.token == 0 {
-			continue
+	for i := range g.nodes {
+		n := &g.nodes[i]
+		if n.token != 0 {
+			messages++
 		}
-		messages++
-		if n.sent.IsZero() || n.token <= n.floor {
+		if !n.counts() {
 			continue
 		}
 		c := 0
-		for _, m := range g.nodes[i:] {
-			if m.token > m.floor && !m.sent.IsZero() && m.from == n.from {
+		for j := range g.nodes {
+			if g.nodes[j].counts() && sameRelease(g.nodes[j].from, n.from) {
 				c++
 			}
 		}
@@ -146,13 +146,21 @@ func (g *grantState) counted() (got []nodeGrant, messages int) {
 			best, bestN = n.from, c
 		}
 	}
-	for i, n := range g.nodes {
-		if bestN > 0 && n.token > n.floor && !n.sent.IsZero() && n.from == best {
+	for i := range g.nodes {
+		if n := &g.nodes[i]; bestN > 0 && n.counts() && sameRelease(n.from, best) {
 			got = append(got, nodeGrant{i: i, token: n.token, sent: n.sent})
 		}
 	}
 	return got, messages
 }
+
+// counts reports whether n's grant message counts on its own: its token
+// is above the counter a refused attempt on the node reported (and every
+// token an attempt got there since).
+func (n *grantNode) counts() bool { return !n.sent.IsZero() && n.token > n.floor }
+
+// sameRelease reports whether two grants were made by releasing one grant.
+func sameRelease(a, b released) bool { return a == b }
 
 // tokens returns every grant message's token by node (0: none), for a
 // waiter that gives up and releases them.

@@ -57,10 +57,16 @@ func (e *grantEnv) requested(i int, owner string) bool {
 	return err == nil && !strings.HasPrefix(v, "=")
 }
 
-// waitRequested waits until owner asked every node for grants.
-func (e *grantEnv) waitRequested(owner string) {
+// waitRequested waits until owner asked every node for grants; done, if
+// not nil, fails the test when the waiter's Acquire returns meanwhile.
+func (e *grantEnv) waitRequested(owner string, done <-chan error) {
 	e.t.Helper()
 	testwait.Until(e.t, 10*time.Second, owner+"'s grant request on every node", func() bool {
+		select {
+		case err := <-done:
+			e.t.Fatalf("the waiter's Acquire returned: %v", err)
+		default:
+		}
 		for i := range e.admins {
 			if !e.requested(i, owner) {
 				return false
@@ -96,7 +102,7 @@ func TestGrantInRelease(t *testing.T) {
 		g, err := e.d2.Acquire(e.ctx, req)
 		done <- res{g, err}
 	}()
-	e.waitRequested("waiter")
+	e.waitRequested("waiter", nil)
 	released := time.Now()
 	e.release()
 	r := <-done
@@ -139,7 +145,7 @@ func TestDeadWaiterNotGranted(t *testing.T) {
 		_, err := e.d2.Acquire(e.ctx, driver.AcquireRequest{Name: e.name, Owner: "waiter", TTL: 10 * time.Second})
 		done <- err
 	}()
-	e.waitRequested("waiter")
+	e.waitRequested("waiter", done)
 	e.d2.kill()
 	<-done
 	testwait.Until(t, 5*time.Second, "the dead driver's grant channel unsubscribed on every node", func() bool {

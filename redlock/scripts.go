@@ -215,20 +215,31 @@ if head then
     local gttl, gdelay, gch
     if g then gttl, gdelay, gch = string.match(g, '^(%d+)\n(%d+)\n(.+)$') end
     local n = gttl and redis.pcall('GET', KEYS[4])
-    if n == false then n = '0' end
+    local missing = n == false
+    if missing then n = '0' end
     if gttl and type(n) == 'string' and string.match(n, '^%d+$') then
       local tok = string.format('%.0f', tonumber(n) + 1)
+      local ttl, delay = tonumber(gttl), tonumber(gdelay)
+      local ne, nd = '', ''
+      if delay > 0 then ne, nd = string.format('%.0f', t + ttl), gdelay end
+      -- The grant is written before it is announced: a write refused
+      -- (OOM) fails the script before anything is published, and the
+      -- writes after the first are not refused.
+      redis.call('SET', KEYS[4], tok)
+      redis.call('SET', KEYS[1], '1\n' .. tok .. '\n' .. ne .. '\n' .. nd .. '\n' .. head, 'PX', ttl + delay)
       if redis.call('PUBLISH', gch, tok .. '\n' .. head .. '\n' .. f .. '\n' .. ARGV[1] .. '\n' .. ARGV[3]) > 0 then
-        local ttl, delay = tonumber(gttl), tonumber(gdelay)
-        local ne, nd = '', ''
-        if delay > 0 then ne, nd = string.format('%.0f', t + ttl), gdelay end
-        redis.call('SET', KEYS[4], tok)
         redis.call('ZREM', KEYS[2], head)
         redis.call('HDEL', KEYS[3], head)
         redis.call('HSET', QG, head, '=' .. tok)
         if redis.call('PTTL', QG) < ttl + delay then redis.call('PEXPIRE', QG, ttl + delay) end
-        redis.call('SET', KEYS[1], '1\n' .. tok .. '\n' .. ne .. '\n' .. nd .. '\n' .. head, 'PX', ttl + delay)
         return 0
+      end
+      -- Nobody heard it: no grant (the counter as it was; the lock is
+      -- deleted below).
+      if missing then
+        redis.call('DEL', KEYS[4])
+      else
+        redis.call('SET', KEYS[4], n)
       end
     end
     msg = f .. '\n' .. head

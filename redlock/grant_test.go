@@ -12,6 +12,7 @@ import (
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
+	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/internal/testwait"
 	"github.com/dlock/dlock/locktest"
 )
@@ -22,6 +23,7 @@ type grantEnv struct {
 	t      *testing.T
 	ctx    context.Context
 	d1, d2 *Driver
+	srvs   []*testserver.Server
 	admins []*redis.Client
 	k      redisscript.Keys
 	name   string
@@ -33,7 +35,7 @@ func newGrantEnv(t *testing.T, name string) *grantEnv {
 	t.Helper()
 	srvs, admins, _ := safetyEnv(t)
 	ctx := ctxT(t, 20*time.Second)
-	e := &grantEnv{t: t, ctx: ctx, admins: admins, k: redisscript.KeysFor(DefaultKeyPrefix, name), name: name}
+	e := &grantEnv{t: t, ctx: ctx, srvs: srvs, admins: admins, k: redisscript.KeysFor(DefaultKeyPrefix, name), name: name}
 	for _, p := range []**Driver{&e.d1, &e.d2} {
 		d, err := openTest(ctx, redlockURL(srvs, "node_timeout=1s"))
 		if err != nil {
@@ -355,5 +357,74 @@ func TestHotLockHandsOffByGrants(t *testing.T) {
 	t.Logf("%d Locks, %d hand-offs, %d taken on grants", r.Ops, handoffs, taken)
 	if handoffs < 20 || taken < int64(handoffs)/2 {
 		t.Errorf("%d of %d hand-offs taken on grants; want at least half (and 20 hand-offs)", taken, handoffs)
+	}
+}
+
+// TestSplitGrantsGivenBack: when the nodes' queues disagree (node 0 has
+// waiter a first, nodes 1 and 2 waiter b), one release grants a on node 0
+// and b on the others: b holds the lock on its quorum, a does not take
+// the lock on its one grant but gives it back (its attempt adopts and
+// undoes it) and stays queued, and gets the lock once b releases.
+func TestSplitGrantsGivenBack(t *testing.T) {
+	e := newGrantEnv(t, "grant-split")
+	d3, err := openTest(e.ctx, redlockURL(e.srvs, "node_timeout=1s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.Close()
+	type res struct {
+		g   driver.Grant
+		err error
+	}
+	ra, rb := make(chan res, 1), make(chan res, 1)
+	reqA := driver.AcquireRequest{Name: e.name, Owner: "a", TTL: 10 * time.Second}
+	reqB := driver.AcquireRequest{Name: e.name, Owner: "b", TTL: 10 * time.Second}
+	go func() {
+		g, err := e.d2.Acquire(e.ctx, reqA)
+		ra <- res{g, err}
+	}()
+	go func() {
+		g, err := d3.Acquire(e.ctx, reqB)
+		rb <- res{g, err}
+	}()
+	e.waitRequested("a", nil)
+	e.waitRequested("b", nil)
+	for i, a := range e.admins {
+		first, second := "b", "a"
+		if i == 0 {
+			first, second = "a", "b"
+		}
+		if err := a.ZAddXX(e.ctx, e.k.Queue, redis.Z{Score: 1, Member: first}, redis.Z{Score: 2, Member: second}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.release()
+	var b res
+	select {
+	case b = <-rb:
+	case r := <-ra:
+		t.Fatalf("a took the lock on node 0's grant alone: %+v, %v", r.g, r.err)
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	testwait.Until(t, 5*time.Second, "a's grant on node 0 given back", func() bool {
+		n, err := e.admins[0].Exists(e.ctx, e.k.Lock).Result()
+		return err == nil && n == 0
+	})
+	select {
+	case r := <-ra:
+		t.Fatalf("a holds the lock while b does: %+v, %v", r.g, r.err)
+	default:
+	}
+	if _, err := d3.Release(e.ctx, driver.Lease{Name: e.name, Owner: reqB.Owner, TTL: reqB.TTL, Token: b.g.Token, Handle: b.g.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-ra
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.g.Token <= b.g.Token {
+		t.Errorf("a's token %d is not above b's %d", a.g.Token, b.g.Token)
 	}
 }

@@ -67,6 +67,22 @@
 // been sent to), so no acquire reaches a node ahead of its release. The
 // queue keys are redislock's.
 //
+// A waiting Lock also asks each node, with every refused attempt, to grant
+// it the lock in the release that frees it (grant-in-release): the
+// driver's release script then gives the lock to the first queued waiter
+// that asked, with a new token, and publishes the grant on that waiter's
+// driver's own channel, but only if the message reached it (a crashed
+// waiter is woken, never granted). The waiter holds the lock once a quorum
+// of nodes granted it by releasing one grant, without another round of
+// acquires, and counts its lease from the send time of its last refused
+// attempt on each node, which the grant is proven to follow (its token is
+// above the fencing counter that refusal reported). Anything short of that
+// (a minority, grants made by different releases, less than two thirds
+// of the TTL left) falls back to an attempt, which adopts the grants with
+// fresh tokens and gives back a minority. Waiters of clients that do not
+// ask for grants share the nodes safely and are woken as before. See
+// docs/protocol.md for the keys, scripts and message.
+//
 // # Lock types
 //
 // Read/write locks (dlock.RWMutex) run the same algorithm with redislock's

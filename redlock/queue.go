@@ -144,7 +144,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			case <-restC:
 				break waiting
 			}
-			got, messages := gs.counted()
+			got, _ := gs.counted()
 			if len(got) >= d.quorum {
 				if ops == nil {
 					o := d.opsFor(req)
@@ -164,7 +164,8 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 				}
 				break waiting // too little validity left: adopt them afresh
 			}
-			if messages == 0 || w.nodes.Load() != 0 {
+			if len(got) == 0 || w.nodes.Load() != 0 {
+				// A wake-up, no grant (or only stale ones): try again.
 				break waiting
 			}
 			// Part of the nodes granted: the others' grants are likely on

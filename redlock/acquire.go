@@ -32,7 +32,7 @@ import (
 // grant that completes while Close runs is not returned but released on
 // every node by Close.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	return d.tryAcquire(ctx, req, 0, nil)
+	return d.tryAcquire(ctx, req, 0, nil, nil)
 }
 
 // tryAcquire is TryAcquire, for a mutex waiter queued at score if score is
@@ -40,7 +40,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 // an undo puts it back in the queue of the nodes whose grant it released,
 // and after a grant it leaves the queue of the nodes that did not grant.
 // st, if not nil, staggers the first attempt's node calls (see stagger).
-func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, score int64, st *stagger) (driver.Grant, error) {
+// gs, if not nil, is the queued waiter's grants (see grant.go): its
+// refused attempts ask for grants, and adopt those made.
+func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, score int64, st *stagger, gs *grantState) (driver.Grant, error) {
 	if !d.gate.Enter() {
 		return driver.Grant{}, errClosed
 	}
@@ -53,6 +55,9 @@ func (d *Driver) tryAcquire(ctx context.Context, req driver.AcquireRequest, scor
 	ops := d.opsFor(req)
 	if score != 0 && ops.kind == nil {
 		ops.queued(score)
+		if gs != nil {
+			ops.grants, ops.grantCh = gs, d.grantCh
+		}
 	}
 	for try := 1; ; try++ {
 		g, leftovers, err := d.attempt(ctx, req, &ops, timeout, start, st)

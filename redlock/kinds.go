@@ -45,6 +45,11 @@ type lockOps struct {
 	req  driver.AcquireRequest // Owner, TTL and LockDelay (and a kind's request)
 	// score, if not zero, is a queued mutex waiter's (see queued).
 	score int64
+	// grants, if not nil, are a queued mutex waiter's grants (see
+	// grant.go): its refused attempts ask for grants on grantCh and are
+	// recorded there.
+	grants  *grantState
+	grantCh string
 	// markTTL, if not zero, is how long a waiting writer's mark lasts (see
 	// hasMark).
 	markTTL time.Duration
@@ -99,8 +104,19 @@ func (ops *lockOps) acquire(ctx context.Context, n *node) (redisscript.AcquireRe
 	case ops.kind != nil:
 		r, err := redisscript.AcquireKind(ctx, n.client, *ops.kind, ops.req, ops.markTTL)
 		return r.AcquireResult, err
+	case ops.score != 0 && ops.grants != nil:
+		sent := time.Now()
+		r, counter, err := acquireWaiting(ctx, n.client, ops.keys, ops.req.Owner, ops.req.TTL, ops.req.LockDelay, ops.score, ops.grantCh)
+		switch {
+		case err != nil:
+		case r.Granted:
+			ops.grants.granted(n.i, r.Fence)
+		default:
+			ops.grants.refused(n.i, sent, counter)
+		}
+		return r, err
 	case ops.score != 0:
-		return acquireWaiting(ctx, n.client, ops.keys, ops.req.Owner, ops.req.TTL, ops.req.LockDelay, ops.score)
+		return redisscript.AcquireAtScore(ctx, n.client, ops.keys, ops.req.Owner, ops.req.TTL, ops.req.LockDelay, queueWait, ops.score)
 	default:
 		return redisscript.Acquire(ctx, n.client, ops.keys, ops.req.Owner, ops.req.TTL, ops.req.LockDelay)
 	}
@@ -124,10 +140,11 @@ func (ops *lockOps) release(ctx context.Context, n *node, publish bool) (remaini
 		}
 		return redisscript.ReleaseKind(ctx, n.client, kk, ops.req.Owner, 0)
 	}
-	k := ops.keys
-	if !publish {
-		k.Channel = ""
+	if publish {
+		return releaseGranting(ctx, n.client, ops.keys, ops.req.Owner, 0)
 	}
+	k := ops.keys
+	k.Channel = ""
 	return redisscript.Release(ctx, n.client, k, ops.req.Owner, 0)
 }
 
@@ -152,7 +169,7 @@ func (ops *lockOps) requeue(ctx context.Context, n *node) error {
 
 // leave takes a queued waiter out of n's queue after a quorum granted it.
 func (ops *lockOps) leave(ctx context.Context, n *node) error {
-	return redisscript.Leave(ctx, n.client, ops.keys, ops.req.Owner)
+	return leaveGranting(ctx, n.client, ops.keys, ops.req.Owner)
 }
 
 // book records the grant, started at start, in the driver's book.

@@ -130,6 +130,9 @@ type listener struct {
 type waiter struct {
 	sig   chan struct{}
 	nodes atomic.Uint64
+	// grants are the grants releases made for the waiter (see grant.go);
+	// nil for a waiter that does not ask for them.
+	grants *grantState
 }
 
 func newWaiter() *waiter { return &waiter{sig: make(chan struct{}, 1)} }
@@ -268,20 +271,36 @@ func (d *Driver) route(channel, owner string, node int) {
 	ls.mu.Unlock()
 }
 
-// closeListeners stops every listener (Close, before the hubs close).
-func (d *Driver) closeListeners() {
+// closeListeners stops every listener (Close, before the hubs close). It
+// returns the grants the waiters were sent and have not used (see
+// grant.go), for Close to release: a grant message that comes later
+// finds no waiter and is released as it comes.
+func (d *Driver) closeListeners() []unusedGrant {
 	ls := &d.listeners
 	ls.mu.Lock()
 	ls.closed = true
 	m := ls.m
 	ls.m = nil
+	var unused []unusedGrant
 	for _, l := range m {
 		if l.linger != nil {
 			l.linger.Stop()
 		}
 		close(l.done)
+		k, ok := keysOfChannel(l.channel)
+		for owner, w := range l.owners {
+			if w.grants == nil || !ok {
+				continue
+			}
+			for i, t := range w.grants.tokens() {
+				if t != 0 {
+					unused = append(unused, unusedGrant{k: k, owner: owner, node: i, token: t})
+				}
+			}
+		}
 	}
 	ls.mu.Unlock()
+	return unused
 }
 
 // filterAt is the message filter of node's hub: dedupe's verdict, and
@@ -289,6 +308,10 @@ func (d *Driver) closeListeners() {
 // with the node it came from.
 func (d *Driver) filterAt(node int) func(channel, payload string) bool {
 	return func(channel, payload string) bool {
+		if channel == d.grantCh {
+			d.grantMessage(node, payload)
+			return false
+		}
 		pass, copies := d.seen.see(channel, payload)
 		if copies == 0 {
 			return false

@@ -44,24 +44,43 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		return d.acquireKind(ctx, req)
 	}
 	k := redisscript.KeysFor(d.prefix, req.Name)
+	gs := newGrantState(len(d.nodes))
 	var w *waiter // made at the first refusal (or listen)
 	var (
 		score     int64 // not zero once the waiter queues
 		listening bool
-		named     uint64 // nodes that published a release naming the waiter
+		named     uint64   // nodes that published a release naming the waiter
+		ops       *lockOps // for taking grants, made at the first
 	)
 	defer func() {
 		if listening {
 			d.unlisten(k.Channel, req.Owner)
 		}
 	}()
+	// giveUp leaves the queues, stops listening and gives back the grants
+	// the waiter was sent, in that order: a grant whose message comes
+	// after it stopped listening is released when it comes.
+	giveUp := func() {
+		d.leaveAll(ctx, k, req, score)
+		if listening {
+			d.unlisten(k.Channel, req.Owner)
+			listening = false
+		}
+		d.giveBack(k, req.Owner, gs)
+	}
+	newW := func() *waiter {
+		w := newWaiter()
+		w.grants = gs
+		return w
+	}
 	if d.listened(k.Channel) {
 		// Waiters of this lock are around (or were, a moment ago): queue
 		// at once, already listening.
-		w = newWaiter()
+		w = newW()
 		if _, err := d.listen(ctx, k.Channel, req.Owner, w); err == nil {
 			listening = true
 			score = time.Now().UnixMilli()
+			d.subscribeGrants(ctx)
 		}
 	}
 	for {
@@ -70,7 +89,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		if named != 0 {
 			st = &stagger{first: named, w: w}
 		}
-		g, err := d.tryAcquire(ctx, req, score, st)
+		g, err := d.tryAcquire(ctx, req, score, st, gs)
 		if err == nil {
 			if g.Sent.IsZero() {
 				g.Sent = sent
@@ -79,12 +98,12 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		}
 		var le *driver.LockedError
 		if !errors.As(err, &le) {
-			d.leaveAll(ctx, k, req, score)
+			giveUp()
 			return driver.Grant{}, err
 		}
 		if !listening {
 			if w == nil {
-				w = newWaiter()
+				w = newW()
 			}
 			fresh, err := d.listen(ctx, k.Channel, req.Owner, w)
 			if err == nil {
@@ -92,25 +111,73 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			}
 			if score == 0 {
 				score = time.Now().UnixMilli()
+				d.subscribeGrants(ctx)
 				continue // the next attempt queues the waiter
 			}
 			if fresh {
 				continue // a release before the subscription is not missed
 			}
 		}
-		wait := queueWait/3 - time.Since(sent)
+		// A waiter asking for grants renews its entries (and the send time
+		// its grants count from) at least every quarter of its TTL, so
+		// that a grant usually leaves it enough validity (see takeGrants).
+		wait := min(queueWait/3, req.TTL/4) - time.Since(sent)
 		if le.RetryAfter > 0 && le.RetryAfter+time.Millisecond < wait {
 			wait = le.RetryAfter + time.Millisecond
 		}
 		t := time.NewTimer(max(wait, time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			d.leaveAll(ctx, k, req, score)
-			return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", ctx.Err())
-		case <-w.sig:
-			t.Stop()
-		case <-t.C:
+		var rest *time.Timer // waiting for the rest of a quorum of grants
+		var restC <-chan time.Time
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				if rest != nil {
+					rest.Stop()
+				}
+				giveUp()
+				return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", ctx.Err())
+			case <-w.sig:
+			case <-t.C:
+				break waiting
+			case <-restC:
+				break waiting
+			}
+			got, _ := gs.counted()
+			if len(got) >= d.quorum {
+				if ops == nil {
+					o := d.opsFor(req)
+					o.queued(score)
+					o.grants, o.grantCh = gs, d.grantCh
+					ops = &o
+				}
+				g, ok, err := d.takeGrants(ctx, ops, got)
+				if err != nil {
+					t.Stop()
+					giveUp()
+					return driver.Grant{}, err
+				}
+				if ok {
+					t.Stop()
+					return g, nil
+				}
+				break waiting // too little validity left: adopt them afresh
+			}
+			if len(got) == 0 || w.nodes.Load() != 0 {
+				// A wake-up, no grant (or only stale ones): try again.
+				break waiting
+			}
+			// Part of the nodes granted: the others' grants are likely on
+			// their way. Wait for them, for at most the node timeout.
+			if rest == nil {
+				rest = time.NewTimer(d.timeoutFor(req.TTL))
+				restC = rest.C
+			}
+		}
+		t.Stop()
+		if rest != nil {
+			rest.Stop()
 		}
 		named = w.nodes.Swap(0)
 	}
@@ -123,7 +190,7 @@ func (d *Driver) leaveAll(ctx context.Context, k redisscript.Keys, req driver.Ac
 		return
 	}
 	d.queueOp(ctx, d.timeoutFor(req.TTL), true, func(ctx context.Context, n *node) error {
-		return redisscript.Leave(ctx, n.client, k, req.Owner)
+		return leaveGranting(ctx, n.client, k, req.Owner)
 	})
 }
 

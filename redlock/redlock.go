@@ -67,6 +67,22 @@
 // been sent to), so no acquire reaches a node ahead of its release. The
 // queue keys are redislock's.
 //
+// A waiting Lock also asks each node, with every refused attempt, to grant
+// it the lock in the release that frees it (grant-in-release): the
+// driver's release script then gives the lock to the first queued waiter
+// that asked, with a new token, and publishes the grant on that waiter's
+// driver's own channel, but only if the message reached it (a crashed
+// waiter is woken, never granted). The waiter holds the lock once a quorum
+// of nodes granted it by releasing one grant, without another round of
+// acquires, and counts its lease from the send time of its last refused
+// attempt on each node, which the grant is proven to follow (its token is
+// above the fencing counter that refusal reported). Anything short of that
+// (a minority, grants made by different releases, less than two thirds
+// of the TTL left) falls back to an attempt, which adopts the grants with
+// fresh tokens and gives back a minority. Waiters of clients that do not
+// ask for grants share the nodes safely and are woken as before. See
+// docs/protocol.md for the keys, scripts and message.
+//
 // # Lock types
 //
 // Read/write locks (dlock.RWMutex) run the same algorithm with redislock's
@@ -151,6 +167,18 @@ type Driver struct {
 	stopWorkers chan struct{}
 	stopOnce    sync.Once
 	closeOnce   sync.Once
+	// grantCh is the channel the nodes publish this driver's waiters'
+	// grants on (see grant.go); grantSubs tells on which nodes it is
+	// subscribed, under grantMu; grantSig is its subscriptions' (unused)
+	// wake-up channel.
+	grantCh    string
+	grantMu    sync.Mutex
+	grantSubs  []bool
+	grantTried []time.Time
+	grantSig   chan struct{}
+	// grantsTaken counts the waiting Locks that took the lock on grant
+	// messages (for tests).
+	grantsTaken atomic.Int64
 	closeErr    error
 }
 
@@ -185,6 +213,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	}
 	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{}), workers: make(chan func()), stopWorkers: make(chan struct{})}
 	d.seen.quorum = d.quorum
+	d.grantSig = make(chan struct{}, 1)
 	if o != nil {
 		if o.KeyPrefix != "" {
 			d.prefix = o.KeyPrefix
@@ -197,6 +226,9 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
 		return nil, openurl.Invalid("KeyPrefix", "redlock: invalid KeyPrefix: %w", err)
 	}
+	d.grantCh = newGrantChannel(d.prefix)
+	d.grantSubs = make([]bool, len(clients))
+	d.grantTried = make([]time.Time, len(clients))
 	for i, c := range clients {
 		if c == nil {
 			return nil, openurl.Invalid("clients", "redlock: client %d is nil", i)
@@ -268,7 +300,9 @@ func (d *Driver) Close() error {
 	d.closeOnce.Do(func() {
 		close(d.closing) // a staggered attempt sends to its late nodes now
 		d.gate.Stop()
-		d.closeListeners()
+		for _, u := range d.closeListeners() {
+			d.releaseGrant(u.k, u.owner, u.node, u.token)
+		}
 		clients := make([]redis.UniversalClient, len(d.nodes))
 		for i, n := range d.nodes {
 			clients[i] = n.client
@@ -301,7 +335,7 @@ func (d *Driver) kill() {
 		_ = n.client.Close()
 	}
 	d.gate.Stop()
-	d.closeListeners()
+	_ = d.closeListeners()
 	d.grants.Forget()
 	d.stopWorkersOnce()
 }

@@ -37,7 +37,7 @@ func TestUndoKeepsWaiterQueued(t *testing.T) {
 	}
 	score := time.Now().UnixMilli()
 	req := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second}
-	_, err = d.tryAcquire(ctx, req, score, nil)
+	_, err = d.tryAcquire(ctx, req, score, nil, nil)
 	var le *driver.LockedError
 	if !errors.As(err, &le) {
 		t.Fatalf("tryAcquire = %v, want a LockedError", err)

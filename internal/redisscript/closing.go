@@ -192,6 +192,14 @@ func (g *Grants) prune(now time.Time) {
 	g.next = 2 * len(g.m)
 }
 
+// Has reports whether the book holds a grant of lock by owner.
+func (g *Grants) Has(lock, owner string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.m[grantKey{lock, owner}]
+	return ok
+}
+
 // Released records the outcome of a release of one hold of lock by owner:
 // held is false when the server said the owner did not hold it.
 func (g *Grants) Released(lock, owner string, held bool) {

@@ -428,6 +428,11 @@ func AcquireAtScore(ctx context.Context, c redis.Scripter, k Keys, owner string,
 	return runAcquire(acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score))
 }
 
+// AcquireReply reads the reply of an acquire script that answers as the
+// acquire script does (the token alone on a new grant, else an array; see
+// parseAcquire): Redlock's waiting variant of the script uses it.
+func AcquireReply(cmd *redis.Cmd) (AcquireResult, error) { return runAcquire(cmd) }
+
 // runAcquire reads the acquire script's reply: one integer, the token of
 // a new grant (hold count 1; an integer reply is cheaper for the server to
 // write and for go-redis to read than an array), or an array (see

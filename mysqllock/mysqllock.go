@@ -117,6 +117,9 @@ type Driver struct {
 	leaseSig *leaseSignals
 	lease    *leases            // ModeLease's Locker; nil in the session modes
 	watches  *sqlcommon.Watches // waiters' waits for signals
+	// stand is the session modes' stand-back after a contended release
+	// (see standBack); nil in ModeLease.
+	stand *standBack
 	// held tells Inspect which of the listed locks are held.
 	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
 }
@@ -132,6 +135,9 @@ type store struct {
 	// in ModeRowLock with the row locked, in ModeGetLock after the GET_LOCK
 	// statement (which does not say whether it granted).
 	testHookLocked func(ctx context.Context, c *sql.Conn)
+	// stand is the Driver's (nil in ModeLease): a wait for a signal
+	// that finds it kept by another session ends the stand-back.
+	stand *standBack
 }
 
 var _ interface {
@@ -173,6 +179,10 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 		r := rowLock{session{st}}
 		d.sess, d.held = sqlcommon.NewSessions[pinned]("mysqllock", cfg.Mode, r), r.held
 		locker = d.sess
+	}
+	if d.sess != nil {
+		d.stand = newStandBack()
+		st.stand = d.stand
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
 	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)
@@ -228,16 +238,30 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, d.unsupported(req.Kind)
 	}
+	if err := d.standingBack(req); err != nil {
+		return driver.Grant{}, err
+	}
 	g, err := d.base.TryAcquire(ctx, req)
 	if err == nil {
 		g.Key = sqlcommon.GrantKey(d.table, req)
+		if d.stand != nil && g.Count == 1 {
+			d.stand.granted(req.Name, g.Token)
+		}
+	} else if d.stand != nil && errors.Is(err, driver.ErrLocked) {
+		d.stand.refused(req.Name)
 	}
 	return g, err
 }
 
-// Release implements driver.Driver.
+// Release implements driver.Driver. In the session modes, the last release
+// of a contended mutex makes this driver stand back from it for a moment
+// (see standBack).
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
-	return d.base.Release(ctx, l)
+	n, err := d.base.Release(ctx, l)
+	if err == nil && n == 0 && d.stand != nil && l.Kind == driver.Exclusive && l.Token != 0 {
+		d.stand.released(l.Name, l.Token, d.watches.Watching(l.Name))
+	}
+	return n, err
 }
 
 // Renew implements driver.Driver. In ModeLease it is one UPDATE per 2,000

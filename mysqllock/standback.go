@@ -1,0 +1,130 @@
+package mysqllock
+
+import (
+	"sync"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// Stand-back of the session modes. GET_LOCK and a row lock are granted to
+// whoever asks first once they are free, and a releaser looping straight
+// back into Lock (a hot lock) asks within microseconds, while the waiter
+// its release woke needs a wake-up and a round trip: under 8 contending
+// drivers the releaser took the lock again about half of the time. The
+// server gives a releaser no cheap sign that someone waits, so the sign is
+// the driver's own: it was refused the name by the server lately, or has
+// waiters of its own for it. A release of a mutex so contended leaves the
+// lock to the others for up to yieldFor: this driver's own attempts on the
+// name in that time are refused as if it were held (RetryAfter the time
+// left), without a statement. The stand-back ends early once another
+// holder is seen keeping the name's wake-up signal (the lock was taken by
+// someone else; the server refuses now anyway), and the sign is dropped
+// when a stand-back gave the lock to nobody (this driver's next grant has
+// the token right after its previous one, so no one else was granted in
+// between): a driver that only competed with itself stops standing back.
+
+// yieldFor is how long a release of a contended lock leaves it to others:
+// a woken waiter needs well under a millisecond to make its grant
+// statement.
+const yieldFor = 5 * time.Millisecond
+
+// contendedFor is how long a refusal by the server marks a name as
+// contended.
+const contendedFor = time.Second
+
+// standBack is a session-mode driver's record of contended names and of
+// the stand-backs under way. All methods are safe for concurrent use.
+type standBack struct {
+	mu       sync.Mutex
+	refusals map[string]time.Time // when the server last refused this driver the name
+	yields   map[string]yield     // stand-backs under way, or ended and not yet followed by a grant
+}
+
+type yield struct {
+	until time.Time
+	token uint64 // of the release that started it
+}
+
+func newStandBack() *standBack {
+	return &standBack{refusals: map[string]time.Time{}, yields: map[string]yield{}}
+}
+
+// refused records that the server refused this driver name now.
+func (s *standBack) refused(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.refusals) >= 4096 {
+		clear(s.refusals)
+	}
+	s.refusals[name] = time.Now()
+}
+
+// released records the release of the grant of name with token; watching
+// says whether this driver has waiters for name. If name is contended, the
+// driver's attempts on it stand back from now on (see yielding).
+func (s *standBack) released(name string, token uint64, watching bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, ok := s.refusals[name]
+	if !watching && (!ok || time.Since(at) >= contendedFor) {
+		delete(s.refusals, name)
+		return
+	}
+	if len(s.yields) >= 4096 {
+		clear(s.yields)
+	}
+	s.yields[name] = yield{until: time.Now().Add(yieldFor), token: token}
+}
+
+// yielding returns how long this driver's attempts on name still stand
+// back (0: none).
+func (s *standBack) yielding(name string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	y, ok := s.yields[name]
+	if !ok {
+		return 0
+	}
+	return max(time.Until(y.until), 0)
+}
+
+// taken records that another session keeps name's wake-up signal: someone
+// else holds the lock, so standing back is over.
+func (s *standBack) taken(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if y, ok := s.yields[name]; ok {
+		y.until = time.Time{}
+		s.yields[name] = y
+	}
+}
+
+// granted records a new grant of name to this driver with token. If the
+// driver stood back since its last release and nobody else was granted the
+// lock meanwhile (token follows that release's), nobody was waiting for it
+// elsewhere: the name no longer counts as contended.
+func (s *standBack) granted(name string, token uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	y, ok := s.yields[name]
+	if !ok {
+		return
+	}
+	delete(s.yields, name)
+	if token == y.token+1 {
+		delete(s.refusals, name)
+	}
+}
+
+// standingBack is TryAcquire's refusal while this driver stands back from
+// req's lock, or nil.
+func (d *Driver) standingBack(req driver.AcquireRequest) error {
+	if d.stand == nil || req.Kind != driver.Exclusive {
+		return nil
+	}
+	if left := d.stand.yielding(req.Name); left > 0 {
+		return &driver.LockedError{RetryAfter: left}
+	}
+	return nil
+}

@@ -120,6 +120,9 @@ type Driver struct {
 	// stand is the session modes' stand-back after a contended release
 	// (see standBack); nil in ModeLease.
 	stand *standBack
+	// testHookStandBack, set only by tests before first use, runs when an
+	// attempt starts to stand back.
+	testHookStandBack func()
 	// held tells Inspect which of the listed locks are held.
 	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
 }
@@ -135,9 +138,6 @@ type store struct {
 	// in ModeRowLock with the row locked, in ModeGetLock after the GET_LOCK
 	// statement (which does not say whether it granted).
 	testHookLocked func(ctx context.Context, c *sql.Conn)
-	// stand is the Driver's (nil in ModeLease): a wait for a signal
-	// that finds it kept by another session ends the stand-back.
-	stand *standBack
 }
 
 var _ interface {
@@ -182,7 +182,6 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 	}
 	if d.sess != nil {
 		d.stand = newStandBack()
-		st.stand = d.stand
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
 	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)
@@ -238,8 +237,8 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, d.unsupported(req.Kind)
 	}
-	if err := d.standingBack(req); err != nil {
-		return driver.Grant{}, err
+	if err := d.standBackFor(ctx, req); err != nil {
+		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
 	}
 	g, err := d.base.TryAcquire(ctx, req)
 	if err == nil {

@@ -1,6 +1,7 @@
 package mysqllock
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -14,15 +15,15 @@ import (
 // drivers the releaser took the lock again about half of the time. The
 // server gives a releaser no cheap sign that someone waits, so the sign is
 // the driver's own: it was refused the name by the server lately, or has
-// waiters of its own for it. A release of a mutex so contended leaves the
-// lock to the others for up to yieldFor: this driver's own attempts on the
-// name in that time are refused as if it were held (RetryAfter the time
-// left), without a statement. The stand-back ends early once another
-// holder is seen keeping the name's wake-up signal (the lock was taken by
-// someone else; the server refuses now anyway), and the sign is dropped
-// when a stand-back gave the lock to nobody (this driver's next grant has
-// the token right after its previous one, so no one else was granted in
-// between): a driver that only competed with itself stops standing back.
+// waiters of its own for it. After the last release of a mutex so
+// contended, this driver's next attempts on the name wait up to yieldFor
+// before they ask the server, leaving the lock to the waiter the release
+// woke; the attempt is then made as usual (granted if nobody took the lock
+// meanwhile, so a TryLock is never refused for standing back, only
+// delayed). The sign is dropped when a stand-back gave the lock to nobody
+// (this driver's next grant has the token right after its previous one, so
+// no one else was granted in between): a driver that only competed with
+// itself stops standing back.
 
 // yieldFor is how long a release of a contended lock leaves it to others:
 // a woken waiter needs well under a millisecond to make its grant
@@ -38,7 +39,7 @@ const contendedFor = time.Second
 type standBack struct {
 	mu       sync.Mutex
 	refusals map[string]time.Time // when the server last refused this driver the name
-	yields   map[string]yield     // stand-backs under way, or ended and not yet followed by a grant
+	yields   map[string]yield     // stand-backs since the last release, until the next grant
 }
 
 type yield struct {
@@ -89,17 +90,6 @@ func (s *standBack) yielding(name string) time.Duration {
 	return max(time.Until(y.until), 0)
 }
 
-// taken records that another session keeps name's wake-up signal: someone
-// else holds the lock, so standing back is over.
-func (s *standBack) taken(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if y, ok := s.yields[name]; ok {
-		y.until = time.Time{}
-		s.yields[name] = y
-	}
-}
-
 // granted records a new grant of name to this driver with token. If the
 // driver stood back since its last release and nobody else was granted the
 // lock meanwhile (token follows that release's), nobody was waiting for it
@@ -117,14 +107,26 @@ func (s *standBack) granted(name string, token uint64) {
 	}
 }
 
-// standingBack is TryAcquire's refusal while this driver stands back from
-// req's lock, or nil.
-func (d *Driver) standingBack(req driver.AcquireRequest) error {
+// standBackFor delays req's attempt while this driver stands back from
+// its lock (at most yieldFor, never past ctx); it returns ctx's error if
+// ctx ended meanwhile.
+func (d *Driver) standBackFor(ctx context.Context, req driver.AcquireRequest) error {
 	if d.stand == nil || req.Kind != driver.Exclusive {
 		return nil
 	}
-	if left := d.stand.yielding(req.Name); left > 0 {
-		return &driver.LockedError{RetryAfter: left}
+	left := d.stand.yielding(req.Name)
+	if left <= 0 {
+		return nil
 	}
-	return nil
+	if d.testHookStandBack != nil {
+		d.testHookStandBack()
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -74,10 +74,8 @@ func (s *store) watchLimit() int {
 
 // signalWaiter waits for one name's signal on a pooled connection.
 type signalWaiter struct {
-	conn  *sql.Conn
-	name  string
-	stand *standBack // the driver's, nil in ModeLease
-	stmt  string
+	conn *sql.Conn
+	stmt string
 }
 
 func (s *store) openWaiter(ctx context.Context, name string) (sqlcommon.Waiter, error) {
@@ -85,7 +83,7 @@ func (s *store) openWaiter(ctx context.Context, name string) (sqlcommon.Waiter, 
 	if err != nil {
 		return nil, err
 	}
-	return &signalWaiter{conn: conn, name: name, stand: s.stand, stmt: fill(s.q.signalWait, "{W}", hexLit(SignalName(name)), "{WT}", signalWaitSeconds)}, nil
+	return &signalWaiter{conn: conn, stmt: fill(s.q.signalWait, "{W}", hexLit(SignalName(name)), "{WT}", signalWaitSeconds)}, nil
 }
 
 // Wait implements sqlcommon.Waiter. An ended ctx interrupts it by closing
@@ -96,9 +94,7 @@ func (w *signalWaiter) Wait(ctx context.Context) (sqlcommon.Outcome, error) {
 	if err := w.conn.QueryRowContext(ctx, w.stmt).Scan(&held, &got); err != nil {
 		return 0, err
 	}
-	if held && w.stand != nil {
-		w.stand.taken(w.name) // someone else holds the lock: no more standing back
-	}
+
 	switch {
 	case got != 1:
 		return sqlcommon.StillHeld, nil

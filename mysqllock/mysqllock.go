@@ -138,6 +138,9 @@ type store struct {
 	// in ModeRowLock with the row locked, in ModeGetLock after the GET_LOCK
 	// statement (which does not say whether it granted).
 	testHookLocked func(ctx context.Context, c *sql.Conn)
+	// losses are the session modes' per-connection loss signals; nil in
+	// ModeLease.
+	losses *connLosses
 }
 
 var _ interface {
@@ -182,6 +185,7 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 	}
 	if d.sess != nil {
 		d.stand = newStandBack()
+		st.losses = newConnLosses()
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
 	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)

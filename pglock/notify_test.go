@@ -63,6 +63,24 @@ func releaseKindNotifies(t *testing.T, d *Driver, conn *pgx.Conn, name string, k
 	return true
 }
 
+// notifyEnv returns two drivers in mode, d and w, and a connection of the
+// test's own that LISTENs on d's channel, all closed when t ends.
+func notifyEnv(t *testing.T, mode Mode) (d, w *Driver, conn *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	h := newTestHarness(t, mode)
+	d, w = h.openDriver(t), h.openDriver(t)
+	conn, err := pgx.Connect(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(d.channel)); err != nil {
+		t.Fatal(err)
+	}
+	return d, w, conn
+}
+
 // TestNotifyOnlyWhenWaited: in every mode a release NOTIFYs only while some
 // driver's listener has a subscriber for the name (and for markLinger
 // after the last one left). The old code sent a NOTIFY on every release,
@@ -72,16 +90,7 @@ func TestNotifyOnlyWhenWaited(t *testing.T) {
 	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
-			h := newTestHarness(t, mode)
-			d, w := h.openDriver(t), h.openDriver(t)
-			conn, err := pgx.Connect(ctx, serverURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(d.channel)); err != nil {
-				t.Fatal(err)
-			}
+			d, w, conn := notifyEnv(t, mode)
 			name := randomName("notify")
 			if releaseNotifies(t, d, conn, name) {
 				t.Fatal("a release with nobody waiting sent a NOTIFY")
@@ -120,16 +129,7 @@ func TestKindNotifyOnlyWhenWaited(t *testing.T) {
 	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
-			h := newTestHarness(t, mode)
-			d, w := h.openDriver(t), h.openDriver(t)
-			conn, err := pgx.Connect(ctx, serverURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(d.channel)); err != nil {
-				t.Fatal(err)
-			}
+			d, w, conn := notifyEnv(t, mode)
 			kinds := []driver.Kind{driver.Read, driver.Write}
 			if mode == ModeLease {
 				kinds = append(kinds, driver.Permit)

@@ -251,7 +251,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 			d.stand.granted(req.Name, g.Token)
 		}
 	} else if d.stand != nil && errors.Is(err, driver.ErrLocked) {
-		d.stand.refused(req.Name)
+		d.stand.refusals.add(req.Name)
 	}
 	return g, err
 }

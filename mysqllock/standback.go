@@ -34,12 +34,48 @@ const yieldFor = 5 * time.Millisecond
 // contended.
 const contendedFor = time.Second
 
+// refusals records when the server last refused this driver each name: a
+// sign that the name is contended, kept for contendedFor. All methods are
+// safe for concurrent use.
+type refusals struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func newRefusals() *refusals { return &refusals{at: map[string]time.Time{}} }
+
+// add records that the server refused this driver name now.
+func (r *refusals) add(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.at) >= 4096 {
+		clear(r.at)
+	}
+	r.at[name] = time.Now()
+}
+
+// recent reports whether the server refused this driver name within the
+// last contendedFor.
+func (r *refusals) recent(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[name]
+	return ok && time.Since(at) < contendedFor
+}
+
+// forget drops name's record.
+func (r *refusals) forget(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.at, name)
+}
+
 // standBack is a session-mode driver's record of contended names and of
 // the stand-backs under way. All methods are safe for concurrent use.
 type standBack struct {
+	refusals *refusals
 	mu       sync.Mutex
-	refusals map[string]time.Time // when the server last refused this driver the name
-	yields   map[string]yield     // stand-backs since the last release, until the next grant
+	yields   map[string]yield // stand-backs since the last release, until the next grant
 }
 
 type yield struct {
@@ -48,30 +84,18 @@ type yield struct {
 }
 
 func newStandBack() *standBack {
-	return &standBack{refusals: map[string]time.Time{}, yields: map[string]yield{}}
-}
-
-// refused records that the server refused this driver name now.
-func (s *standBack) refused(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.refusals) >= 4096 {
-		clear(s.refusals)
-	}
-	s.refusals[name] = time.Now()
+	return &standBack{refusals: newRefusals(), yields: map[string]yield{}}
 }
 
 // released records the release of the grant of name with token; watching
 // says whether this driver has waiters for name. If name is contended, the
 // driver's attempts on it stand back from now on (see yielding).
 func (s *standBack) released(name string, token uint64, watching bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	at, ok := s.refusals[name]
-	if !watching && (!ok || time.Since(at) >= contendedFor) {
-		delete(s.refusals, name)
+	if !watching && !s.refusals.recent(name) {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.yields) >= 4096 {
 		clear(s.yields)
 	}
@@ -103,7 +127,7 @@ func (s *standBack) granted(name string, token uint64) {
 	}
 	delete(s.yields, name)
 	if token == y.token+1 {
-		delete(s.refusals, name)
+		s.refusals.forget(name)
 	}
 }
 

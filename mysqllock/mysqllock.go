@@ -117,6 +117,12 @@ type Driver struct {
 	leaseSig *leaseSignals
 	lease    *leases            // ModeLease's Locker; nil in the session modes
 	watches  *sqlcommon.Watches // waiters' waits for signals
+	// stand is the session modes' stand-back after a contended release
+	// (see standBack); nil in ModeLease.
+	stand *standBack
+	// testHookStandBack, set only by tests before first use, runs when an
+	// attempt starts to stand back.
+	testHookStandBack func()
 	// held tells Inspect which of the listed locks are held.
 	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
 }
@@ -132,6 +138,9 @@ type store struct {
 	// in ModeRowLock with the row locked, in ModeGetLock after the GET_LOCK
 	// statement (which does not say whether it granted).
 	testHookLocked func(ctx context.Context, c *sql.Conn)
+	// losses are the session modes' per-connection loss signals; nil in
+	// ModeLease.
+	losses *connLosses
 }
 
 var _ interface {
@@ -173,6 +182,10 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 		r := rowLock{session{st}}
 		d.sess, d.held = sqlcommon.NewSessions[pinned]("mysqllock", cfg.Mode, r), r.held
 		locker = d.sess
+	}
+	if d.sess != nil {
+		d.stand = newStandBack()
+		st.losses = newConnLosses()
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
 	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)
@@ -228,16 +241,30 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, d.unsupported(req.Kind)
 	}
+	if err := d.standBackFor(ctx, req); err != nil {
+		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
+	}
 	g, err := d.base.TryAcquire(ctx, req)
 	if err == nil {
 		g.Key = sqlcommon.GrantKey(d.table, req)
+		if d.stand != nil && g.Count == 1 {
+			d.stand.granted(req.Name, g.Token)
+		}
+	} else if d.stand != nil && errors.Is(err, driver.ErrLocked) {
+		d.stand.refusals.add(req.Name)
 	}
 	return g, err
 }
 
-// Release implements driver.Driver.
+// Release implements driver.Driver. In the session modes, the last release
+// of a contended mutex makes this driver stand back from it for a moment
+// (see standBack).
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
-	return d.base.Release(ctx, l)
+	n, err := d.base.Release(ctx, l)
+	if err == nil && n == 0 && d.stand != nil && l.Kind == driver.Exclusive && l.Token != 0 {
+		d.stand.released(l.Name, l.Token, d.watches.Watching(l.Name))
+	}
+	return n, err
 }
 
 // Renew implements driver.Driver. In ModeLease it is one UPDATE per 2,000

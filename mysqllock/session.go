@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -16,14 +17,79 @@ import (
 // pinned is the connection a session-mode lock pins for as long as it is
 // held. The server is asked once per hold, so GET_LOCK's own re-entrance
 // never comes into play.
-type pinned struct{ *sql.Conn }
+type pinned struct {
+	*sql.Conn
+	losses *connLosses // the driver's
+}
 
 // Release implements sqlcommon.Conn: it returns the connection to the pool.
 func (c pinned) Release() { _ = c.Close() }
 
 // Discard implements sqlcommon.Conn: it closes the connection, ending its
 // session.
-func (c pinned) Discard() { discard(c.Conn) }
+func (c pinned) Discard() {
+	c.losses.forget(c.Conn)
+	discard(c.Conn)
+}
+
+// connLosses keeps the loss signal of each pooled connection the driver's
+// session-mode locks have pinned (see pinned.Loss), keyed by database/sql's
+// driver connection, which stays the same for the life of the connection.
+// All methods are safe for concurrent use.
+type connLosses struct {
+	mu sync.Mutex
+	m  map[any]*sqlcommon.ConnLoss
+}
+
+// maxConnLosses bounds connLosses: connections database/sql closes on its
+// own (idle, lifetime) leave their entries behind, so past it the map
+// starts afresh (a hold in progress keeps its signal; the next hold on its
+// connection gets a new one).
+const maxConnLosses = 1024
+
+func newConnLosses() *connLosses { return &connLosses{m: map[any]*sqlcommon.ConnLoss{}} }
+
+// driverConn returns c's driver connection, nil if c is closed.
+func driverConn(c *sql.Conn) any {
+	var dc any
+	_ = c.Raw(func(x any) error { dc = x; return nil })
+	return dc
+}
+
+// Loss implements sqlcommon.LossKeeper: the holds made on one pooled
+// connection, one after another, share its loss signal, so an uncontended
+// Lock+Unlock through a Client reuses the Client's idle loss watcher
+// instead of starting a goroutine to watch each grant.
+func (c pinned) Loss() *sqlcommon.ConnLoss {
+	dc := driverConn(c.Conn)
+	if c.losses == nil || dc == nil {
+		return sqlcommon.NewConnLoss()
+	}
+	ls := c.losses
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.m[dc]
+	if l == nil || l.Ended() {
+		if len(ls.m) >= maxConnLosses {
+			clear(ls.m)
+		}
+		l = sqlcommon.NewConnLoss()
+		ls.m[dc] = l
+	}
+	return l
+}
+
+// forget drops the entry of c, which is being closed.
+func (ls *connLosses) forget(c *sql.Conn) {
+	if ls == nil {
+		return
+	}
+	if dc := driverConn(c); dc != nil {
+		ls.mu.Lock()
+		delete(ls.m, dc)
+		ls.mu.Unlock()
+	}
+}
 
 // Abandon implements sqlcommon.Conn.
 func (c pinned) Abandon() func() { return c.Discard }
@@ -46,7 +112,7 @@ type session struct{ *store }
 // at most pinTimeout.
 func (d session) Pin(ctx context.Context, _ driver.AcquireRequest) (pinned, error) {
 	conn, err := poolWait(ctx, d.store, "mysqllock: acquire: pinning a connection", d.db.Conn)
-	return pinned{conn}, err
+	return pinned{conn, d.losses}, err
 }
 
 // poolWait runs f on the pool, waiting at most pinTimeout. Its error names
@@ -70,7 +136,7 @@ func abort(c pinned, stmt string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if _, err := c.ExecContext(ctx, stmt); err != nil {
-		discard(c.Conn)
+		c.Discard()
 		return
 	}
 	_ = c.Close()

@@ -94,6 +94,7 @@ func (w *signalWaiter) Wait(ctx context.Context) (sqlcommon.Outcome, error) {
 	if err := w.conn.QueryRowContext(ctx, w.stmt).Scan(&held, &got); err != nil {
 		return 0, err
 	}
+
 	switch {
 	case got != 1:
 		return sqlcommon.StillHeld, nil
@@ -116,8 +117,8 @@ type leaseSignals struct {
 
 	mu       sync.Mutex
 	names    map[string]*leaseSignal
-	refusals map[string]time.Time // when this driver was last refused a name
-	kick     chan struct{}        // cap 1: there is work
+	refusals *refusals     // when this driver was last refused a name
+	kick     chan struct{} // cap 1: there is work
 	started  bool
 	closed   bool
 	cancel   context.CancelFunc
@@ -151,7 +152,7 @@ func (ls *leaseSignals) forget(n string, e *leaseSignal) {
 }
 
 func newLeaseSignals(st *store) *leaseSignals {
-	return &leaseSignals{st: st, names: map[string]*leaseSignal{}, refusals: map[string]time.Time{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	return &leaseSignals{st: st, names: map[string]*leaseSignal{}, refusals: newRefusals(), kick: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 func (ls *leaseSignals) poke() {
@@ -225,22 +226,12 @@ func (ls *leaseSignals) want(e *leaseSignal) {
 }
 
 // refused records that this driver was refused name now.
-func (ls *leaseSignals) refused(name string) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if len(ls.refusals) >= 4096 {
-		clear(ls.refusals)
-	}
-	ls.refusals[name] = time.Now()
-}
+func (ls *leaseSignals) refused(name string) { ls.refusals.add(name) }
 
 // contended reports whether this driver was refused name within the last
 // second, or watches has waiters for it.
 func (ls *leaseSignals) contended(name string, watches *sqlcommon.Watches) bool {
-	ls.mu.Lock()
-	at, ok := ls.refusals[name]
-	ls.mu.Unlock()
-	return (ok && time.Since(at) < time.Second) || watches.Watching(name)
+	return ls.refusals.recent(name) || watches.Watching(name)
 }
 
 // released records that owner no longer holds name (released, or found

@@ -95,25 +95,27 @@ func (a advisory) lockKind(ctx context.Context, c *pinned, req driver.AcquireReq
 }
 
 // unlockKind is advisory.Unlock for a Read or Write hold: the shared or
-// exclusive unlock, a wake-all NOTIFY and the session's old idle timeout
-// back, in one statement.
+// exclusive unlock, a wake-all NOTIFY if some driver waits for the name
+// (see WaitKey) and the session's old idle timeout back, in one statement.
 func (a advisory) unlockKind(ctx context.Context, c *pinned, name string) error {
 	fn := "pg_advisory_unlock"
 	if c.kind == driver.Read {
 		fn = "pg_advisory_unlock_shared"
 	}
 	var (
-		released bool
-		notified *bool
+		notified *bool // false: not held; true: released and notified; nil: released, nobody waits
 		err      error
 	)
+	// As for a mutex (advisoryRelease): the lock is given up before the
+	// look for waiters, which NOTIFYs only if some driver marks the name.
+	release := `SELECT CASE WHEN NOT ` + fn + `($1) THEN false ELSE ` + notifyIfWaited("$4", "$2", "$3") + ` END`
 	if c.oldTimeout != "" {
-		err = c.QueryRow(ctx, `SELECT `+fn+`($1), (SELECT true FROM pg_notify($2, $3)), set_config('idle_session_timeout', $4, false)`,
-			c.key, a.channel, wakeAllPrefix+name, c.oldTimeout).Scan(&released, &notified, nil)
+		err = c.QueryRow(ctx, release+`, set_config('idle_session_timeout', $5, false)`,
+			c.key, a.channel, wakeAllPrefix+name, WaitKey(name), c.oldTimeout).Scan(&notified, nil)
 	} else {
-		err = c.QueryRow(ctx, `SELECT `+fn+`($1), (SELECT true FROM pg_notify($2, $3))`, c.key, a.channel, wakeAllPrefix+name).Scan(&released, &notified)
+		err = c.QueryRow(ctx, release, c.key, a.channel, wakeAllPrefix+name, WaitKey(name)).Scan(&notified)
 	}
-	if err == nil && !released {
+	if err == nil && notified != nil && !*notified {
 		err = errNoAdvisoryLock
 	}
 	return err

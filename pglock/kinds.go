@@ -165,7 +165,7 @@ func (d leases) releaseKind(ctx context.Context, l driver.Lease) (int, error) {
 		notified  *bool
 	)
 	err := d.pool.QueryRow(ctx, d.q.kindRelease, l.Name, int16(sqlcommon.Group(l.Kind)), l.Owner, int16(sqlcommon.HolderKind(l.Kind)),
-		int64(l.Token), d.channel, wakeAllPrefix+l.Name).Scan(&remaining, &notified)
+		int64(l.Token), d.channel, wakeAllPrefix+l.Name, WaitKey(l.Name)).Scan(&remaining, &notified)
 	if err != nil {
 		if isNoRows(err) {
 			return 0, fmt.Errorf("pglock: release %s: %w", l.Kind, driver.ErrNotHeld)
@@ -201,7 +201,7 @@ func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error 
 		return nil // no marks are ever left
 	}
 	if _, err := d.pool.Exec(ctx, d.q.withdraw, req.Name, int16(sqlcommon.GroupRW), req.Owner, int16(sqlcommon.KindMark),
-		d.channel, wakeAllPrefix+req.Name); err != nil {
+		d.channel, wakeAllPrefix+req.Name, WaitKey(req.Name)); err != nil {
 		return ctxerr.Wrap(ctx, "pglock: withdraw", err)
 	}
 	return nil

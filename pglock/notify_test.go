@@ -18,13 +18,29 @@ import (
 // release notified if its notification comes first.
 func releaseNotifies(t *testing.T, d *Driver, conn *pgx.Conn, name string) bool {
 	t.Helper()
+	return releaseKindNotifies(t, d, conn, name, driver.Exclusive)
+}
+
+// releaseKindNotifies is releaseNotifies for a lock of kind k (a read or
+// write lock, or a permit of a semaphore of 2), whose release NOTIFYs
+// the name with wakeAllPrefix.
+func releaseKindNotifies(t *testing.T, d *Driver, conn *pgx.Conn, name string, k driver.Kind) bool {
+	t.Helper()
 	ctx := context.Background()
-	g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 10 * time.Second})
+	var permits int
+	if k == driver.Permit {
+		permits = 2
+	}
+	g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 10 * time.Second, Kind: k, Permits: permits})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o", Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle}); err != nil {
+	if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o", Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle, Kind: k, Permits: permits}); err != nil {
 		t.Fatal(err)
+	}
+	payload := name
+	if k != driver.Exclusive {
+		payload = wakeAllPrefix + name
 	}
 	if _, err := d.pool.Exec(ctx, "SELECT pg_notify($1, 'sentinel')", d.channel); err != nil {
 		t.Fatal(err)
@@ -38,13 +54,31 @@ func releaseNotifies(t *testing.T, d *Driver, conn *pgx.Conn, name string) bool 
 	if n.Payload == "sentinel" {
 		return false
 	}
-	if n.Payload != name {
-		t.Fatalf("notification %q, want %q or the sentinel", n.Payload, name)
+	if n.Payload != payload {
+		t.Fatalf("notification %q, want %q or the sentinel", n.Payload, payload)
 	}
 	if n, err := conn.WaitForNotification(wctx); err != nil || n.Payload != "sentinel" {
 		t.Fatalf("after the release's notification: %v, %v; want the sentinel", n, err)
 	}
 	return true
+}
+
+// notifyEnv returns two drivers in mode, d and w, and a connection of the
+// test's own that LISTENs on d's channel, all closed when t ends.
+func notifyEnv(t *testing.T, mode Mode) (d, w *Driver, conn *pgx.Conn) {
+	t.Helper()
+	ctx := context.Background()
+	h := newTestHarness(t, mode)
+	d, w = h.openDriver(t), h.openDriver(t)
+	conn, err := pgx.Connect(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(d.channel)); err != nil {
+		t.Fatal(err)
+	}
+	return d, w, conn
 }
 
 // TestNotifyOnlyWhenWaited: in every mode a release NOTIFYs only while some
@@ -56,16 +90,7 @@ func TestNotifyOnlyWhenWaited(t *testing.T) {
 	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
-			h := newTestHarness(t, mode)
-			d, w := h.openDriver(t), h.openDriver(t)
-			conn, err := pgx.Connect(ctx, serverURL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(d.channel)); err != nil {
-				t.Fatal(err)
-			}
+			d, w, conn := notifyEnv(t, mode)
 			name := randomName("notify")
 			if releaseNotifies(t, d, conn, name) {
 				t.Fatal("a release with nobody waiting sent a NOTIFY")
@@ -93,6 +118,41 @@ func TestNotifyOnlyWhenWaited(t *testing.T) {
 			testwait.Until(t, markLinger+10*time.Second, "releases to stop notifying once the subscriber left", func() bool {
 				return !releaseNotifies(t, d, conn, name)
 			})
+		})
+	}
+}
+
+// TestKindNotifyOnlyWhenWaited: as TestNotifyOnlyWhenWaited for the
+// releases of read and write locks and of semaphore permits, which used to
+// NOTIFY always.
+func TestKindNotifyOnlyWhenWaited(t *testing.T) {
+	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			d, w, conn := notifyEnv(t, mode)
+			kinds := []driver.Kind{driver.Read, driver.Write}
+			if mode == ModeLease {
+				kinds = append(kinds, driver.Permit)
+			}
+			for _, k := range kinds {
+				name := randomName("notify-" + k.String())
+				if releaseKindNotifies(t, d, conn, name, k) {
+					t.Fatalf("a %s release with nobody waiting sent a NOTIFY", k)
+				}
+				sub, err := w.Subscribe(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !releaseKindNotifies(t, d, conn, name, k) {
+					t.Fatalf("a %s release with a subscriber on another driver sent no NOTIFY", k)
+				}
+				select {
+				case <-sub.C():
+				case <-time.After(5 * time.Second):
+					t.Fatal("subscriber not woken")
+				}
+				_ = sub.Close()
+			}
 		})
 	}
 }

@@ -108,7 +108,7 @@ func BenchmarkNativePeer(b *testing.B) {
 
 // benchDriver returns a driver in mode on the test server and a client on
 // it, both closed when b ends.
-func benchDriver(b *testing.B, mode Mode) (*Driver, *dlock.Client) {
+func benchDriver(b testing.TB, mode Mode) (*Driver, *dlock.Client) {
 	dn, err := newTestHarness(b, mode).NewDriver(context.Background())
 	if err != nil {
 		b.Fatal(err)

@@ -190,12 +190,13 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (name, grp, owner, kind) DO UPDATE SET count = excluded.count, fence = excluded.fence,
 	lock_until = excluded.lock_until, delay_until = excluded.delay_until`)
 	// The last hold's release deletes the row (its place is free at once,
-	// with no lock-delay) and NOTIFYs; an earlier one counts down.
+	// with no lock-delay) and NOTIFYs if some driver waits for the name
+	// (see notifyIfWaited); an earlier one counts down.
 	holder := `name = $1 AND grp = $2 AND owner = $3 AND kind = $4 AND ($5 = 0 OR fence = $5) AND lock_until > ` + nowUS
 	q.kindRelease = r.Replace(`WITH d AS (DELETE FROM $T_holders WHERE ` + holder + ` AND count <= 1 RETURNING 0 AS count),
 u AS (UPDATE $T_holders SET count = count - 1 WHERE ` + holder + ` AND count > 1 RETURNING count),
 r AS (SELECT count FROM d UNION ALL SELECT count FROM u)
-SELECT count, CASE WHEN count = 0 THEN (SELECT true FROM pg_notify($6, $7)) END FROM r`)
+SELECT count, CASE WHEN count = 0 THEN ` + notifyIfWaited("$8", "$6", "$7") + ` END FROM r`)
 	kindRenew := `UPDATE $T_holders AS h SET lock_until = ` + nowUS + ` + x.ttl, delay_until = ` + nowUS + ` + x.ttl + x.delay
 FROM unnest($N1::text[], $N2::smallint[], $N3::text[], $N4::smallint[], $N5::bigint[], $N6::bigint[], $N7::bigint[]) AS x(name, grp, owner, kind, fence, ttl, delay)
 WHERE h.name = x.name AND h.grp = x.grp AND h.owner = x.owner AND h.kind = x.kind AND h.fence = x.fence AND h.lock_until > ` + nowUS + `
@@ -207,7 +208,7 @@ RETURNING h.name, h.owner, h.kind::int, h.fence`
 		r.Replace(strings.NewReplacer("$N1", "$6", "$N2", "$7", "$N3", "$8", "$N4", "$9", "$N5", "$10", "$N6", "$11", "$N7", "$12").Replace(kindRenew)) + `)
 SELECT name, owner, 0, fence FROM a UNION ALL SELECT * FROM b`
 	q.withdraw = r.Replace(`WITH d AS (DELETE FROM $T_holders WHERE name = $1 AND grp = $2 AND owner = $3 AND kind = $4 RETURNING 1)
-SELECT pg_notify($5, $6) FROM d LIMIT 1`)
+SELECT ` + notifyIfWaited("$7", "$5", "$6") + ` FROM d LIMIT 1`)
 	// A held mutex keeps its token (its renewals and release match it):
 	// the raise waits in fence_floor, which the next new grant reads.
 	q.raiseMutex = r.Replace(`INSERT INTO $T AS l (name, fence) VALUES ($1, $2)

@@ -36,6 +36,25 @@ func (c *pinned) Discard() {
 	cancel()
 }
 
+// lossKey is where a pooled connection keeps its sqlcommon.ConnLoss, in
+// its pgconn.PgConn.CustomData (which lives and dies with the connection).
+const lossKey = "dlock/pglock.loss"
+
+// Loss implements sqlcommon.LossKeeper: the holds made on one pooled
+// connection, one after another, share its loss signal, so an uncontended
+// Lock+Unlock through a Client reuses the Client's idle loss watcher
+// instead of starting a goroutine to watch each grant. The connection is
+// held by this pin, so its CustomData is ours alone.
+func (c *pinned) Loss() *sqlcommon.ConnLoss {
+	m := c.Conn.Conn().PgConn().CustomData()
+	l, _ := m[lossKey].(*sqlcommon.ConnLoss)
+	if l == nil || l.Ended() {
+		l = sqlcommon.NewConnLoss()
+		m[lossKey] = l
+	}
+	return l
+}
+
 // Abandon implements sqlcommon.Conn.
 func (c *pinned) Abandon() func() {
 	pc := c.Hijack()

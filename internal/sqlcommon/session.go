@@ -28,6 +28,35 @@ type Conn interface {
 	Abandon() (closeLater func())
 }
 
+// ConnLoss is the loss signal of one pinned connection: the Grant.Lost of
+// every hold made on it, one after another, until a hold on it is lost
+// (which always ends the connection). Holds on one connection sharing it
+// let the dlock Client keep one idle loss watcher for the next grant on the
+// connection, where a signal of its own per hold made the Client start a
+// goroutine to watch every grant.
+type ConnLoss struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// NewConnLoss returns a loss signal not yet ended.
+func NewConnLoss() *ConnLoss {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &ConnLoss{ctx: ctx, cancel: cancel}
+}
+
+// Ended reports whether the loss was signalled; a connection keeping an
+// ended one must replace it before its next hold.
+func (l *ConnLoss) Ended() bool { return l.ctx.Err() != nil }
+
+// LossKeeper is a Conn that keeps a ConnLoss for as long as its
+// connection lives (a connection returned to the pool after a clean
+// release keeps it for its next hold). Loss returns it, or a new one if it
+// has ended. A Conn that is no LossKeeper gets a loss signal per hold.
+type LossKeeper interface {
+	Loss() *ConnLoss
+}
+
 // SessionSQL is the SQL of one session mode (a lock that lives as long as
 // its pinned connection: an advisory lock, GET_LOCK, a row lock in an open
 // transaction) over the driver's pinned-connection type C. Sessions calls
@@ -160,12 +189,15 @@ func (h *Hold[C]) cause() error { return context.Cause(h.lost) }
 // destroy closes h's connection (ending its session and its lock) and
 // signals loss with cause. Loss is signalled under h.mu, before the
 // connection is zeroed, so a Release or Renew that finds no connection
-// always finds the cause. The caller must not hold h.mu.
+// always finds the cause. A hold whose connection is already gone was
+// released cleanly (its connection may be pinned by another hold now, which
+// shares its loss signal, see LossKeeper) or lost already: it is left as
+// it is. The caller must not hold h.mu.
 func (h *Hold[C]) destroy(cause error) {
 	h.mu.Lock()
-	h.lose(cause)
 	var zero C
 	if h.conn != zero {
+		h.lose(cause)
 		h.detach().Discard()
 	}
 	h.mu.Unlock()
@@ -328,7 +360,12 @@ func (s *Sessions[C]) expire(h *Hold[C]) {
 // was closed meanwhile, conn is discarded and add fails.
 func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent time.Time) (driver.Grant, error) {
 	h := &Hold[C]{key: HoldKey(req), kind: req.Kind, name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
-	h.lost, h.lose = context.WithCancelCause(context.Background())
+	if k, ok := any(conn).(LossKeeper); ok {
+		l := k.Loss()
+		h.lost, h.lose = l.ctx, l.cancel
+	} else {
+		h.lost, h.lose = context.WithCancelCause(context.Background())
+	}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(h.expiresIn(), func() { s.expire(h) })
 	g := h.grant()
@@ -392,13 +429,13 @@ func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease) (int, error) 
 	}
 	err = s.sql.Unlock(ctx, h.conn, h.name)
 	s.drop(h)
-	conn := h.detach()
 	if err != nil {
-		conn.Discard()
 		cause := SessionLost(err)
 		h.lose(cause)
+		h.detach().Discard()
 		return 0, fmt.Errorf("%s: release: %w", s.prefix, cause)
 	}
+	conn := h.detach()
 	conn.Release()
 	return 0, nil
 }

@@ -322,9 +322,10 @@ const foreignHolder = "\x00foreign"
 // even once its counter has the token: its holder was granted there with
 // a smaller token before the write-back, and could complete its quorum on
 // a granting node of ours whose counter is still behind, after we release
-// it, with a token below ours. Granting nodes whose counter is at the
-// token already count; when they are not a quorum, the token is written
-// back to the other granting nodes and fence waits until enough have it.
+// it, with a token below ours. Granting nodes whose counter is at least
+// the token (a fresh grant beside a live re-entry may be above it) count
+// already; when they are not a quorum, the token is written back to the
+// other granting nodes and fence waits until enough have it.
 // Nodes still busy with the acquire are left alone: a write-back that
 // overtook its acquire there would make that node's grant count from the
 // token. Refusing nodes and lagging granting nodes get the token in the

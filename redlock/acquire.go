@@ -313,39 +313,54 @@ const never = time.Duration(math.MaxInt64)
 // maps keyed by owner; owners are printable ASCII, so it is no owner.
 const foreignHolder = "\x00foreign"
 
-// fence makes sure a quorum of nodes has a fencing counter of at least
-// token before the grant is returned. Granting nodes whose counter is the
-// token already count; when they are not a quorum, the token is written
-// back to the other nodes that answered and fence waits until enough have
-// it. Nodes still busy with the acquire are left alone: a write-back that
+// fence makes sure a quorum of the nodes that granted this acquire has a
+// fencing counter of at least token before the grant is returned. Only
+// granting nodes count: each is held by this owner, so no other grant can
+// be made there until this one is released or lapses, and any later
+// quorum shares one of them with it; that node's counter already had the
+// token. A node that refused (another owner holds it) counts for nothing,
+// even once its counter has the token: its holder was granted there with
+// a smaller token before the write-back, and could complete its quorum on
+// a granting node of ours whose counter is still behind, after we release
+// it, with a token below ours. Granting nodes whose counter is at least
+// the token (a fresh grant beside a live re-entry may be above it) count
+// already; when they are not a quorum, the token is written back to the
+// other granting nodes and fence waits until enough have it.
+// Nodes still busy with the acquire are left alone: a write-back that
 // overtook its acquire there would make that node's grant count from the
-// token. Lagging nodes get the token in the background either way.
+// token. Refusing nodes and lagging granting nodes get the token in the
+// background either way.
 func (d *Driver) fence(ctx context.Context, timeout time.Duration, ops *lockOps, token uint64, got []result[redisscript.AcquireResult]) error {
 	have := 0
-	var lagging []int
+	var lagging, others []int
 	for _, r := range got {
 		switch {
 		case r.err != nil:
-		case r.v.Granted && r.v.Fence == token:
+		case !r.v.Granted:
+			others = append(others, r.i)
+		case r.v.Fence >= token:
 			have++
 		default:
 			lagging = append(lagging, r.i)
 		}
 	}
-	if len(lagging) == 0 {
-		return nil
-	}
 	if have >= d.quorum {
-		_ = fanoutTo(d, context.WithoutCancel(ctx), timeout, lagging, func(ctx context.Context, n *node) (struct{}, error) {
+		others = append(others, lagging...)
+		lagging = nil
+	}
+	if len(others) > 0 {
+		_ = fanoutTo(d, context.WithoutCancel(ctx), timeout, others, func(ctx context.Context, n *node) (struct{}, error) {
 			return struct{}{}, ops.fence(ctx, n, token)
 		})
+	}
+	if have >= d.quorum {
 		return nil
 	}
 	return d.writeFence(ctx, timeout, ops, token, lagging, d.quorum-have)
 }
 
-// writeFence raises the fencing counter to token on the nodes listed and
-// returns once need of them have it.
+// writeFence raises the fencing counter to token on the nodes listed (that
+// granted the acquire) and returns once need of them have it.
 func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, ops *lockOps, token uint64, nodes []int, need int) error {
 	results := fanoutTo(d, ctx, timeout, nodes, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, ops.fence(ctx, n, token)

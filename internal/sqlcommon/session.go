@@ -98,20 +98,23 @@ type SessionSQL[C Conn] interface {
 // stayed listed with its dead connection, and every later acquire of the
 // name from the same driver was refused locally, without asking the server,
 // for as long as the process ran.
+//
+// A Hold is kept for as long as its lock is held, so it is kept small (see
+// TestHoldSize): its key in Sessions.holds is not stored but made again
+// from the name, kind and owner (HoldKey; the name itself for a mutex).
 type Hold[C Conn] struct {
-	key   string // in Sessions.holds: HoldKey of the request
-	kind  driver.Kind
 	name  string
 	owner string
 	token uint64
-	// lost ends, with the cause, when the hold is gone without a release
-	// asked for by its owner: driver.Grant.Lost and Cause read it.
-	lost context.Context
-	lose context.CancelCauseFunc
+	// loss ends, with the cause, when the hold is gone without a release
+	// asked for by its owner: driver.Grant.Lost and Cause read it. Holds
+	// made one after another on one connection share it (LossKeeper).
+	loss *ConnLoss
 
-	mu    sync.Mutex // serialises use of conn
-	conn  C          // zero once released, lost or abandoned
-	count int
+	mu    sync.Mutex  // serialises use of conn
+	kind  driver.Kind // with count, fills the word after mu
+	count int32
+	conn  C // zero once released, lost or abandoned
 	// sent is when the Lock or Ping that last proved the session alive was
 	// sent, ttl the idle timeout it armed; the hold expires at sent+ttl.
 	sent   time.Time
@@ -124,6 +127,14 @@ func (h *Hold[C]) Name() string { return h.name }
 
 // Kind returns the kind of lock h holds.
 func (h *Hold[C]) Kind() driver.Kind { return h.kind }
+
+// key returns the key h is listed under in Sessions.holds (see HoldKey).
+func (h *Hold[C]) key() string {
+	return HoldKey(driver.AcquireRequest{Name: h.name, Kind: h.kind, Owner: h.owner})
+}
+
+// lose signals h's loss with cause.
+func (h *Hold[C]) lose(cause error) { h.loss.cancel(cause) }
 
 // HoldKey returns the key a session-mode hold of req is listed under in
 // Sessions: the name for a mutex and a write lock's other side, and for
@@ -153,7 +164,7 @@ func (h *Hold[C]) Conn() (C, bool) {
 // re-entrance does not reach the server, so nothing later extends it).
 // h.mu is held.
 func (h *Hold[C]) grant() driver.Grant {
-	return driver.Grant{Token: h.token, Count: h.count, TTL: h.ttl, Sent: h.sent, Handle: h, Lost: h.lost.Done(), Cause: h.cause}
+	return driver.Grant{Token: h.token, Count: int(h.count), TTL: h.ttl, Sent: h.sent, Handle: h, Lost: h.loss.ctx.Done(), Cause: h.cause}
 }
 
 // expiresIn returns how long until h expires (see Hold); h.mu is held.
@@ -184,7 +195,7 @@ func (h *Hold[C]) detach() C {
 }
 
 // cause returns why h was lost, or nil while it is not.
-func (h *Hold[C]) cause() error { return context.Cause(h.lost) }
+func (h *Hold[C]) cause() error { return context.Cause(h.loss.ctx) }
 
 // destroy closes h's connection (ending its session and its lock) and
 // signals loss with cause. Loss is signalled under h.mu, before the
@@ -359,12 +370,11 @@ func (s *Sessions[C]) expire(h *Hold[C]) {
 // token, by a Lock sent at sent, and returns its first grant. If the driver
 // was closed meanwhile, conn is discarded and add fails.
 func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent time.Time) (driver.Grant, error) {
-	h := &Hold[C]{key: HoldKey(req), kind: req.Kind, name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
+	h := &Hold[C]{kind: req.Kind, name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
 	if k, ok := any(conn).(LossKeeper); ok {
-		l := k.Loss()
-		h.lost, h.lose = l.ctx, l.cancel
+		h.loss = k.Loss()
 	} else {
-		h.lost, h.lose = context.WithCancelCause(context.Background())
+		h.loss = NewConnLoss()
 	}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(h.expiresIn(), func() { s.expire(h) })
@@ -380,7 +390,7 @@ func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent 
 	// server just granted the lock to this connection): it is mid-release
 	// or lost, and its own goroutine removes nothing but itself. Replacing
 	// it here, without touching its lock, keeps the lock order h.mu → s.mu.
-	s.holds[h.key] = h
+	s.holds[HoldKey(req)] = h
 	s.mu.Unlock()
 	return g, nil
 }
@@ -397,8 +407,8 @@ func (s *Sessions[C]) lookup(l driver.Lease) (*Hold[C], error) {
 // drop removes h from the table if it is still there.
 func (s *Sessions[C]) drop(h *Hold[C]) {
 	s.mu.Lock()
-	if s.holds[h.key] == h {
-		delete(s.holds, h.key)
+	if key := h.key(); s.holds[key] == h {
+		delete(s.holds, key)
 	}
 	s.mu.Unlock()
 }
@@ -425,7 +435,7 @@ func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease) (int, error) 
 	}
 	if h.count > 1 {
 		h.count--
-		return h.count, nil
+		return int(h.count), nil
 	}
 	err = s.sql.Unlock(ctx, h.conn, h.name)
 	s.drop(h)

@@ -397,3 +397,22 @@ func TestHoldSize(t *testing.T) {
 		t.Fatalf("a Hold with a two-word connection is %d B, want at most 128", n)
 	}
 }
+
+// lostSink keeps what TestConnLossSize makes from being optimised away.
+var lostSink <-chan struct{}
+
+// TestConnLossSize: a connection's loss signal, with the channel a grant
+// hands out, costs 2 allocations (3 with the grant's Cause): it was a
+// context.WithCancelCause (the signal, the context, its cancel function
+// and the Done channel made on first use: 5 with the Cause), kept per
+// pinned connection for as long as its lock is held.
+func TestConnLossSize(t *testing.T) {
+	h := &Hold[*fakeConn]{}
+	allocs := testing.AllocsPerRun(100, func() {
+		h.loss = NewConnLoss()
+		lostSink = h.grant().Lost
+	})
+	if allocs > 3 {
+		t.Fatalf("a loss signal and a grant's Lost channel take %v allocations, want at most 3", allocs)
+	}
+}

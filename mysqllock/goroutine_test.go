@@ -8,14 +8,15 @@ import (
 )
 
 // TestSessionLockStartsNoGoroutine: an uncontended Lock+Unlock through a
-// Client in ModeGetLock starts no goroutine: the holds made one after
+// Client in a session mode starts no goroutine: the holds made one after
 // another on a pooled connection share its loss signal (see pinned.Loss),
 // whose watcher the Client keeps idle for the next grant, where a signal
-// per hold made the Client start a goroutine to watch each. (ModeRowLock
-// still starts two per Lock+Unlock, not from the loss signal: left for
-// later.)
+// per hold made the Client start a goroutine to watch each; and
+// ModeRowLock's two queries per Lock go to the driver connection directly
+// (queryRow), where database/sql's QueryRowContext started a goroutine for
+// each (Rows.awaitDone).
 func TestSessionLockStartsNoGoroutine(t *testing.T) {
-	for _, mode := range []Mode{ModeGetLock} {
+	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
 		t.Run(string(mode), func(t *testing.T) {
 			_, c := benchDriver(t, mode)
 			sqltest.NoGoroutinePerLock(t, c.NewMutex(randomName("nogoroutine"), nil))

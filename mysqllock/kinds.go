@@ -48,7 +48,12 @@ func (d *Driver) unsupported(k driver.Kind) error {
 // kindKey is the wake-up signal key of a holder of a kind (see
 // leaseSignals.grantKey).
 func kindKey(name string, k driver.Kind, owner string) string {
-	return name + "\x00" + strconv.Itoa(int(k)) + "\x00" + owner
+	return name + kindSuffix(k, owner)
+}
+
+// kindSuffix is what kindKey appends to the name.
+func kindSuffix(k driver.Kind, owner string) string {
+	return "\x00" + strconv.Itoa(int(k)) + "\x00" + owner
 }
 
 func itoa(n int) string           { return strconv.Itoa(n) }
@@ -157,7 +162,7 @@ func (d *leases) acquireKind(ctx context.Context, req driver.AcquireRequest) (dr
 	switch {
 	case err == nil:
 		if g.Count == 1 {
-			d.sig.grantKey(kindKey(req.Name, req.Kind, req.Owner), req.Name, req.Owner, d.sig.contended(req.Name, d.watches))
+			d.sig.grantKey(kindKey(req.Name, req.Kind, req.Owner), req.Kind, req.Owner, d.sig.contended(req.Name, d.watches))
 			if req.Kind == driver.Read {
 				// Other readers waiting here may share it: a release
 				// woke only the longest waiter.
@@ -349,12 +354,16 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	if err != nil {
 		return nil, err
 	}
-	for i, r := range reqs {
+	for i, r := range reqs[:min(len(reqs), len(gs))] {
+		// The signals keep a slice of the grant's key as the name (see
+		// Driver.TryAcquire).
+		key, r := sqlcommon.KeyedRequest(d.table, r)
+		gs[i].Key = key
 		if gs[i].Count == 1 {
 			l.sig.grant(r.Name, r.Owner, l.sig.contended(r.Name, l.watches))
 		}
 	}
-	return sqlcommon.SetKeys(d.table, reqs, gs), nil
+	return gs, nil
 }
 
 func (d *leases) acquireMulti(ctx context.Context, reqs []driver.AcquireRequest) ([]driver.Grant, error) {

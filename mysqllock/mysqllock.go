@@ -244,9 +244,12 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if err := d.standBackFor(ctx, req); err != nil {
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
 	}
+	// What the driver keeps of a held lock's name (the lease signals' map
+	// in ModeLease, the hold in the session modes) shares the key's bytes.
+	key, req := sqlcommon.KeyedRequest(d.table, req)
 	g, err := d.base.TryAcquire(ctx, req)
 	if err == nil {
-		g.Key = sqlcommon.GrantKey(d.table, req)
+		g.Key = key
 		if d.stand != nil && g.Count == 1 {
 			d.stand.granted(req.Name, g.Token)
 		}

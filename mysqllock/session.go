@@ -6,6 +6,7 @@ import (
 	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"time"
@@ -255,8 +256,7 @@ func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 	}
 	k := hexLit(name)
 	for attempt := 0; ; attempt++ {
-		var one int
-		err := conn.QueryRowContext(ctx, fill(d.q.rowLock, "{K}", k)).Scan(&one)
+		err := queryRow(ctx, conn, fill(d.q.rowLock, "{K}", k))
 		switch {
 		case err == nil:
 		case errors.Is(err, sql.ErrNoRows) && attempt == 0:
@@ -294,8 +294,8 @@ func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 		if err != nil {
 			return false, 0, err
 		}
-		var signal sql.NullInt64 // the wake-up signal, taken if free
-		if err := conn.QueryRowContext(ctx, fill(d.q.rowConfirm, "{K}", k, "{W}", hexLit(SignalName(name)))).Scan(&signal); err != nil {
+		// The row, again, and the wake-up signal, taken if free.
+		if err := queryRow(ctx, conn, fill(d.q.rowConfirm, "{K}", k, "{W}", hexLit(SignalName(name)))); err != nil {
 			return false, 0, fmt.Errorf("the pinned session could not confirm its row lock after the fence increment (to %d), so the lock is not granted: %w: %w", id, driver.ErrSessionLost, err)
 		}
 		if err := alive(conn); err != nil {
@@ -303,6 +303,36 @@ func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 		}
 		return true, uint64(id), nil
 	}
+}
+
+// queryRow runs q on c and returns sql.ErrNoRows if it returned no row;
+// the row's values are not read. It goes to go-sql-driver/mysql's
+// connection directly (Conn.Raw), which watches ctx on the connection's own
+// watcher goroutine: database/sql's QueryRowContext starts a goroutine per
+// query whose context can end (Rows.awaitDone), two per Lock in
+// ModeRowLock, where ModeGetLock, whose statements are all ExecContext,
+// started none (see TestSessionLockStartsNoGoroutine). An error that
+// leaves the connection unusable (driver.ErrBadConn) makes Raw close it,
+// as database/sql does after a query.
+func queryRow(ctx context.Context, c *sql.Conn, q string) error {
+	return c.Raw(func(dc any) error {
+		qc, ok := dc.(sqldriver.QueryerContext)
+		if !ok {
+			return fmt.Errorf("mysqllock: the driver connection (%T) cannot run queries", dc)
+		}
+		rows, err := qc.QueryContext(ctx, q, nil)
+		if err != nil {
+			return err
+		}
+		err = rows.Next(make([]sqldriver.Value, len(rows.Columns())))
+		if err == io.EOF {
+			err = sql.ErrNoRows
+		}
+		if cerr := rows.Close(); cerr != nil && (err == nil || err == sql.ErrNoRows) {
+			err = cerr
+		}
+		return err
+	})
 }
 
 // discard closes c's underlying connection instead of returning it to the

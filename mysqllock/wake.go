@@ -128,15 +128,27 @@ type leaseSignals struct {
 	busyGets atomic.Int64
 }
 
+// leaseSignal is the state of one held lease's signal, kept for as long as
+// the lease is held: it is kept small (48 B), and the GET_LOCK name of the
+// signal is made only when a change is sent (see signalOf).
 type leaseSignal struct {
-	signal     string // the GET_LOCK name, SignalName of the lock's name
 	owner      string
+	kind       driver.Kind // the holder's kind: its key is kindKey unless Exclusive
 	want, have bool        // the signal should be / was last sent to be kept
 	sending    bool        // a change is on its way to the server
 	timer      *time.Timer // until want; nil once fired or stopped
 	// gone, when not nil, is closed once the entry leaves (the signal
 	// given up): a release waits for it.
 	gone chan struct{}
+}
+
+// signalOf returns the GET_LOCK name of the signal of e, listed under key.
+func (e *leaseSignal) signalOf(key string) string {
+	name := key
+	if e.kind != driver.Exclusive {
+		name = key[:len(key)-len(kindSuffix(e.kind, e.owner))]
+	}
+	return SignalName(name)
 }
 
 // forget removes e, named n, and tells a release waiting for it; ls.mu is
@@ -166,14 +178,14 @@ func (ls *leaseSignals) poke() {
 // when the lock is contended (this driver has waiters for it, or was
 // refused it lately), otherwise after signalDelay.
 func (ls *leaseSignals) grant(name, owner string, contended bool) {
-	ls.grantKey(name, name, owner, contended)
+	ls.grantKey(name, driver.Exclusive, owner, contended)
 }
 
-// grantKey is grant for a holder listed under key: a mutex under its
-// name, a reader, writer or permit under kindKey. Holders of one name in
-// this driver all take name's signal on the one connection (GET_LOCK
+// grantKey is grant for a holder of kind k listed under key: a mutex under
+// its name, a reader, writer or permit under kindKey. Holders of one name
+// in this driver all take name's signal on the one connection (GET_LOCK
 // nests within a session), so it is free once the last lets go.
-func (ls *leaseSignals) grantKey(key, name, owner string, contended bool) {
+func (ls *leaseSignals) grantKey(key string, k driver.Kind, owner string, contended bool) {
 	if n := ls.st.db.Stats().MaxOpenConnections; n > 0 && n < minSignalPool {
 		return // the pool is too small to spare a connection
 	}
@@ -184,7 +196,7 @@ func (ls *leaseSignals) grantKey(key, name, owner string, contended bool) {
 	}
 	e := ls.names[key]
 	if e == nil {
-		e = &leaseSignal{signal: SignalName(name)}
+		e = &leaseSignal{kind: k}
 		ls.names[key] = e
 	}
 	e.owner = owner
@@ -320,9 +332,9 @@ func (ls *leaseSignals) run(ctx context.Context) {
 				e.sending = true
 				names, sent = append(names, n), append(sent, e.want)
 				if e.want {
-					exprs = append(exprs, "GET_LOCK("+hexLit(e.signal)+", 0)")
+					exprs = append(exprs, "GET_LOCK("+hexLit(e.signalOf(n))+", 0)")
 				} else {
-					exprs = append(exprs, "RELEASE_LOCK("+hexLit(e.signal)+")")
+					exprs = append(exprs, "RELEASE_LOCK("+hexLit(e.signalOf(n))+")")
 				}
 			}
 			keep = keep || e.have || e.want

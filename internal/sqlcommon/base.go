@@ -258,6 +258,22 @@ func GrantKey(table string, req driver.AcquireRequest) string {
 	return table + "_holders/" + req.Name + "/" + req.Kind.String() + "/" + req.Owner
 }
 
+// KeyedRequest returns req's GrantKey and req with its Name a slice of that
+// key (GrantKey holds the name whole). A driver that keeps the name for as
+// long as the lock is held keeps that slice, which shares the key's bytes
+// with the grant (and with the dlock Lease, which keeps the key and slices
+// its name from it too), so the caller's name string, often made for the
+// one Lock, is not kept alive per held lock.
+func KeyedRequest(table string, req driver.AcquireRequest) (string, driver.AcquireRequest) {
+	key := GrantKey(table, req)
+	at := len(table) + len("/")
+	if req.Kind != driver.Exclusive {
+		at = len(table) + len("_holders/")
+	}
+	req.Name = key[at : at+len(req.Name)]
+	return key, req
+}
+
 // SetKeys sets the Key of each grant in gs, the grants of reqs in order,
 // with GrantKey, and returns gs.
 func SetKeys(table string, reqs []driver.AcquireRequest, gs []driver.Grant) []driver.Grant {

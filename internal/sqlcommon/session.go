@@ -34,20 +34,52 @@ type Conn interface {
 // let the dlock Client keep one idle loss watcher for the next grant on the
 // connection, where a signal of its own per hold made the Client start a
 // goroutine to watch every grant.
+//
+// It is a channel and a cause, not a context.WithCancelCause: a
+// connection pinned by a held lock keeps it for as long as the lock is
+// held, and the context (the context, its cancel function and, once Done
+// is asked for, its channel: 4 allocations, about 240 B) cost twice what
+// this does (2 allocations, 128 B; TestConnLossSize).
 type ConnLoss struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	mu    sync.Mutex
+	done  chan struct{} // closed once lost
+	cause error         // why, set before done is closed; nil until then
 }
 
 // NewConnLoss returns a loss signal not yet ended.
-func NewConnLoss() *ConnLoss {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	return &ConnLoss{ctx: ctx, cancel: cancel}
-}
+func NewConnLoss() *ConnLoss { return &ConnLoss{done: make(chan struct{})} }
 
 // Ended reports whether the loss was signalled; a connection keeping an
 // ended one must replace it before its next hold.
-func (l *ConnLoss) Ended() bool { return l.ctx.Err() != nil }
+func (l *ConnLoss) Ended() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// lose signals the loss with cause (context.Canceled if nil); the first
+// call wins, as a context's cancel.
+func (l *ConnLoss) lose(cause error) {
+	if cause == nil {
+		cause = context.Canceled
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause == nil {
+		l.cause = cause
+		close(l.done)
+	}
+}
+
+// why returns the cause of the loss, nil while it is not signalled.
+func (l *ConnLoss) why() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause
+}
 
 // LossKeeper is a Conn that keeps a ConnLoss for as long as its
 // connection lives (a connection returned to the pool after a clean
@@ -98,20 +130,23 @@ type SessionSQL[C Conn] interface {
 // stayed listed with its dead connection, and every later acquire of the
 // name from the same driver was refused locally, without asking the server,
 // for as long as the process ran.
+//
+// A Hold is kept for as long as its lock is held, so it is kept small (see
+// TestHoldSize): its key in Sessions.holds is not stored but made again
+// from the name, kind and owner (HoldKey; the name itself for a mutex).
 type Hold[C Conn] struct {
-	key   string // in Sessions.holds: HoldKey of the request
-	kind  driver.Kind
 	name  string
 	owner string
 	token uint64
-	// lost ends, with the cause, when the hold is gone without a release
-	// asked for by its owner: driver.Grant.Lost and Cause read it.
-	lost context.Context
-	lose context.CancelCauseFunc
+	// loss ends, with the cause, when the hold is gone without a release
+	// asked for by its owner: driver.Grant.Lost and Cause read it. Holds
+	// made one after another on one connection share it (LossKeeper).
+	loss *ConnLoss
 
-	mu    sync.Mutex // serialises use of conn
-	conn  C          // zero once released, lost or abandoned
-	count int
+	mu    sync.Mutex  // serialises use of conn
+	kind  driver.Kind // with count, fills the word after mu
+	count int32
+	conn  C // zero once released, lost or abandoned
 	// sent is when the Lock or Ping that last proved the session alive was
 	// sent, ttl the idle timeout it armed; the hold expires at sent+ttl.
 	sent   time.Time
@@ -124,6 +159,14 @@ func (h *Hold[C]) Name() string { return h.name }
 
 // Kind returns the kind of lock h holds.
 func (h *Hold[C]) Kind() driver.Kind { return h.kind }
+
+// key returns the key h is listed under in Sessions.holds (see HoldKey).
+func (h *Hold[C]) key() string {
+	return HoldKey(driver.AcquireRequest{Name: h.name, Kind: h.kind, Owner: h.owner})
+}
+
+// lose signals h's loss with cause.
+func (h *Hold[C]) lose(cause error) { h.loss.lose(cause) }
 
 // HoldKey returns the key a session-mode hold of req is listed under in
 // Sessions: the name for a mutex and a write lock's other side, and for
@@ -153,7 +196,7 @@ func (h *Hold[C]) Conn() (C, bool) {
 // re-entrance does not reach the server, so nothing later extends it).
 // h.mu is held.
 func (h *Hold[C]) grant() driver.Grant {
-	return driver.Grant{Token: h.token, Count: h.count, TTL: h.ttl, Sent: h.sent, Handle: h, Lost: h.lost.Done(), Cause: h.cause}
+	return driver.Grant{Token: h.token, Count: int(h.count), TTL: h.ttl, Sent: h.sent, Handle: h, Lost: h.loss.done, Cause: h.cause}
 }
 
 // expiresIn returns how long until h expires (see Hold); h.mu is held.
@@ -184,7 +227,7 @@ func (h *Hold[C]) detach() C {
 }
 
 // cause returns why h was lost, or nil while it is not.
-func (h *Hold[C]) cause() error { return context.Cause(h.lost) }
+func (h *Hold[C]) cause() error { return h.loss.why() }
 
 // destroy closes h's connection (ending its session and its lock) and
 // signals loss with cause. Loss is signalled under h.mu, before the
@@ -359,12 +402,11 @@ func (s *Sessions[C]) expire(h *Hold[C]) {
 // token, by a Lock sent at sent, and returns its first grant. If the driver
 // was closed meanwhile, conn is discarded and add fails.
 func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent time.Time) (driver.Grant, error) {
-	h := &Hold[C]{key: HoldKey(req), kind: req.Kind, name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
+	h := &Hold[C]{kind: req.Kind, name: req.Name, owner: req.Owner, token: token, conn: conn, count: 1, sent: sent, ttl: req.TTL}
 	if k, ok := any(conn).(LossKeeper); ok {
-		l := k.Loss()
-		h.lost, h.lose = l.ctx, l.cancel
+		h.loss = k.Loss()
 	} else {
-		h.lost, h.lose = context.WithCancelCause(context.Background())
+		h.loss = NewConnLoss()
 	}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(h.expiresIn(), func() { s.expire(h) })
@@ -380,7 +422,7 @@ func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent 
 	// server just granted the lock to this connection): it is mid-release
 	// or lost, and its own goroutine removes nothing but itself. Replacing
 	// it here, without touching its lock, keeps the lock order h.mu → s.mu.
-	s.holds[h.key] = h
+	s.holds[HoldKey(req)] = h
 	s.mu.Unlock()
 	return g, nil
 }
@@ -397,8 +439,8 @@ func (s *Sessions[C]) lookup(l driver.Lease) (*Hold[C], error) {
 // drop removes h from the table if it is still there.
 func (s *Sessions[C]) drop(h *Hold[C]) {
 	s.mu.Lock()
-	if s.holds[h.key] == h {
-		delete(s.holds, h.key)
+	if key := h.key(); s.holds[key] == h {
+		delete(s.holds, key)
 	}
 	s.mu.Unlock()
 }
@@ -425,7 +467,7 @@ func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease) (int, error) 
 	}
 	if h.count > 1 {
 		h.count--
-		return h.count, nil
+		return int(h.count), nil
 	}
 	err = s.sql.Unlock(ctx, h.conn, h.name)
 	s.drop(h)

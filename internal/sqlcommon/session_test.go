@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/testwait"
@@ -379,4 +380,39 @@ func TestHoldExpires(t *testing.T) {
 	}
 	<-g3.Lost
 	s.Close()
+}
+
+// TestHoldSize: a Hold, kept per held session lock, stays within the 128 B
+// size class with a connection of two words (mysqllock's pinned): it kept
+// its key in Sessions.holds (a second copy of the name's header), its loss
+// signal as a context and its cancel function, and a whole word for its
+// count, 160 B in all, until the key was made again when needed, the loss
+// signal kept as one *ConnLoss and the kind and count packed.
+func TestHoldSize(t *testing.T) {
+	type twoWords struct {
+		*fakeConn
+		_ *int
+	}
+	if n := unsafe.Sizeof(Hold[twoWords]{}); n > 128 {
+		t.Fatalf("a Hold with a two-word connection is %d B, want at most 128", n)
+	}
+}
+
+// lostSink keeps what TestConnLossSize makes from being optimised away.
+var lostSink <-chan struct{}
+
+// TestConnLossSize: a connection's loss signal, with the channel a grant
+// hands out, costs 2 allocations (3 with the grant's Cause): it was a
+// context.WithCancelCause (the signal, the context, its cancel function
+// and the Done channel made on first use: 5 with the Cause), kept per
+// pinned connection for as long as its lock is held.
+func TestConnLossSize(t *testing.T) {
+	h := &Hold[*fakeConn]{}
+	allocs := testing.AllocsPerRun(100, func() {
+		h.loss = NewConnLoss()
+		lostSink = h.grant().Lost
+	})
+	if allocs > 3 {
+		t.Fatalf("a loss signal and a grant's Lost channel take %v allocations, want at most 3", allocs)
+	}
 }

@@ -153,6 +153,9 @@ func (l *Lane) Close() {
 
 // HasConn reports whether the lane keeps a connection now (for tests).
 func (l *Lane) HasConn() bool {
+	if l == nil {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.conn != nil

@@ -192,6 +192,9 @@ func Wrap(c redis.UniversalClient) (redis.UniversalClient, *Lane) {
 	return &Client{UniversalClient: c, lane: l}, l
 }
 
+// Unwrap returns the client c wraps.
+func (c *Client) Unwrap() redis.UniversalClient { return c.UniversalClient }
+
 // EvalSha runs EVALSHA on the lane, or through the pool when the lane does
 // not take the call.
 func (c *Client) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {

@@ -164,7 +164,7 @@ type Driver struct {
 	closing   chan struct{}      // closed when Close begins
 	// workers hands node calls to idle worker goroutines (see spawn);
 	// stopWorkers, closed when Close ends, stops them.
-	workers     chan func()
+	workers     chan job
 	stopWorkers chan struct{}
 	stopOnce    sync.Once
 	closeOnce   sync.Once
@@ -216,7 +216,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, openurl.Invalid("clients", "redlock: no clients")
 	}
-	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{}), workers: make(chan func()), stopWorkers: make(chan struct{})}
+	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{}), workers: make(chan job), stopWorkers: make(chan struct{})}
 	d.seen.quorum = d.quorum
 	d.grantSig = make(chan struct{}, 1)
 	if o != nil {

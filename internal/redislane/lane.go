@@ -198,23 +198,23 @@ func (c *Client) Unwrap() redis.UniversalClient { return c.UniversalClient }
 // EvalSha runs EVALSHA on the lane, or through the pool when the lane does
 // not take the call.
 func (c *Client) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	conn := c.lane.Take()
-	if conn == nil {
-		return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
+	if conn := c.lane.Take(); conn != nil {
+		return c.give(conn.EvalSha(ctx, sha1, keys, args...))
 	}
-	cmd := conn.EvalSha(ctx, sha1, keys, args...)
-	c.lane.Give(cmd.Err())
-	return cmd
+	return c.UniversalClient.EvalSha(ctx, sha1, keys, args...)
 }
 
 // Eval runs EVAL on the lane, or through the pool when the lane does not
 // take the call.
 func (c *Client) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	conn := c.lane.Take()
-	if conn == nil {
-		return c.UniversalClient.Eval(ctx, script, keys, args...)
+	if conn := c.lane.Take(); conn != nil {
+		return c.give(conn.Eval(ctx, script, keys, args...))
 	}
-	cmd := conn.Eval(ctx, script, keys, args...)
+	return c.UniversalClient.Eval(ctx, script, keys, args...)
+}
+
+// give ends a lane call whose command is cmd.
+func (c *Client) give(cmd *redis.Cmd) *redis.Cmd {
 	c.lane.Give(cmd.Err())
 	return cmd
 }

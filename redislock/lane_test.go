@@ -12,6 +12,7 @@ import (
 
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redislane"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/internal/testwait"
 )
@@ -33,39 +34,39 @@ func TestLaneSkipsPool(t *testing.T) {
 		pair()
 	}
 	st = f.admin.PoolStats()
-	// A pause longer than laneIdle (a slow machine) sends one pair back
+	// A pause longer than redislane.Idle (a slow machine) sends one pair back
 	// to the pool; the pool would serve all 2*pairs calls.
 	if gets := st.Hits + st.Misses - before; gets > pairs/5 {
 		t.Fatalf("%d pairs took %d connections from the pool; want (almost) none", pairs, gets)
 	}
 }
 
-// TestLaneIdleGoesThroughPool: a call that comes more than laneIdle after
+// TestLaneIdleGoesThroughPool: a call that comes more than redislane.Idle after
 // the previous one uses the pool, whose check finds a connection the server
 // closed meanwhile (the lane's included): the call succeeds, and the lane
 // gave its connection back.
 func TestLaneIdleGoesThroughPool(t *testing.T) {
 	f, ctx, req, g := grantOnLaneThenKill(t, "lane-idle")
-	f.d.lane.last.Store(-int64(time.Hour)) // the last call began an hour ago
+	f.d.lane.SetLastCall(time.Hour) // the last call began an hour ago
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
 		t.Fatalf("release after the lane's connection idled and was closed: %v", err)
 	}
-	if f.d.lane.hasConn() {
+	if f.d.lane.HasConn() {
 		t.Fatal("the lane kept its connection after an idle pause")
 	}
 }
 
 // TestLaneDropsBrokenConnection: a call that fails on the lane's connection
-// (closed by the server within laneIdle of its last use) drops it, and the
+// (closed by the server within redislane.Idle of its last use) drops it, and the
 // next call works.
 func TestLaneDropsBrokenConnection(t *testing.T) {
 	f, ctx, req, g := grantOnLaneThenKill(t, "lane-broken")
-	f.d.lane.last.Store(int64(time.Since(f.d.lane.base))) // the next call uses the closed connection
+	f.d.lane.SetLastCall(0) // the next call uses the closed connection
 	if _, err := f.d.Release(ctx, lease(req, g)); err == nil {
 		t.Log("the release over the killed connection succeeded")
 		return // nothing was left to find broken
 	}
-	if f.d.lane.hasConn() {
+	if f.d.lane.HasConn() {
 		t.Fatal("the lane kept a connection whose call failed")
 	}
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
@@ -145,7 +146,7 @@ func grantOnLaneThenKill(t *testing.T, name string) (*fixture, context.Context, 
 	f := newFixture(t)
 	ctx := ctxT(t)
 	req := driver.AcquireRequest{Name: name, Owner: "o", TTL: time.Minute}
-	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
+	f.d.lane.SetLastCall(0)
 	g, err := f.d.TryAcquire(ctx, req) // on the lane
 	if err != nil {
 		t.Fatal(err)
@@ -153,36 +154,36 @@ func grantOnLaneThenKill(t *testing.T, name string) (*fixture, context.Context, 
 	if err := f.admin.Do(ctx, "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !f.d.lane.hasConn() {
+	if !f.d.lane.HasConn() {
 		t.Fatal("back-to-back calls did not use the lane")
 	}
 	return f, ctx, req, g
 }
 
 // TestLaneGivesBackIdleConnection: a lane left idle gives its connection
-// back to the pool by itself (laneGiveBack after its last call), so a
+// back to the pool by itself (redislane.GiveBack after its last call), so a
 // driver that stops locking does not keep one of the application's pool
-// connections; and a pool smaller than laneMinPool gets no lane at all.
+// connections; and a pool smaller than redislane.MinPool gets no lane at all.
 func TestLaneGivesBackIdleConnection(t *testing.T) {
 	f := newFixture(t)
 	ctx := ctxT(t)
 	req := driver.AcquireRequest{Name: "lane-give-back", Owner: "o", TTL: time.Minute}
-	f.d.lane.last.Store(int64(time.Since(f.d.lane.base)))
+	f.d.lane.SetLastCall(0)
 	g, err := f.d.TryAcquire(ctx, req) // on the lane
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !f.d.lane.hasConn() {
+	if !f.d.lane.HasConn() {
 		t.Fatal("back-to-back calls did not use the lane")
 	}
 	if _, err := f.d.Release(ctx, lease(req, g)); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Until(t, 10*laneGiveBack, "the idle lane to give its connection back to the pool", func() bool { return !f.d.lane.hasConn() })
+	testwait.Until(t, 10*redislane.GiveBack, "the idle lane to give its connection back to the pool", func() bool { return !f.d.lane.HasConn() })
 
 	opt := f.admin.Options()
 	small := *opt
-	small.PoolSize = laneMinPool - 1
+	small.PoolSize = redislane.MinPool - 1
 	c := redis.NewClient(&small)
 	defer c.Close()
 	d, err := New(c, nil)

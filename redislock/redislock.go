@@ -99,6 +99,7 @@ import (
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/ctxerr"
 	"github.com/dlock/dlock/internal/openurl"
+	"github.com/dlock/dlock/internal/redislane"
 	"github.com/dlock/dlock/internal/redisscript"
 )
 
@@ -184,7 +185,7 @@ type Driver struct {
 	minReplicas    int
 	replicaTimeout time.Duration
 
-	lane *lane // the mutex grants' and releases' own connection (a *redis.Client only)
+	lane *redislane.Lane // the mutex grants' and releases' own connection (a *redis.Client only)
 
 	gate      redisscript.Gate   // Close waits for calls in flight, refuses new ones
 	grants    redisscript.Grants // granted and not released: Close releases them
@@ -243,7 +244,7 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	d := &Driver{client: client, prefix: prefix, plain: plain, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
 		single: single, minReplicas: minReplicas, replicaTimeout: replicaTimeout}
 	if c, ok := client.(*redis.Client); ok && minReplicas == 0 {
-		d.lane = newLane(c)
+		d.lane = redislane.New(c)
 	}
 	return d, nil
 }
@@ -366,9 +367,9 @@ func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, req driver.A
 	sent := time.Now()
 	c, done := d.conn()
 	defer done()
-	if ln := d.lane.take(); ln != nil {
+	if ln := d.lane.Take(); ln != nil {
 		r, err = redisscript.AcquireQueued(ctx, ln, k, req.Owner, req.TTL, req.LockDelay, wait)
-		d.lane.give(err)
+		d.lane.Give(err)
 	} else {
 		r, err = redisscript.AcquireQueued(ctx, c, k, req.Owner, req.TTL, req.LockDelay, wait)
 	}
@@ -533,9 +534,9 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	var remaining int
 	var held bool
 	var err error
-	if ln := d.lane.take(); ln != nil {
+	if ln := d.lane.Take(); ln != nil {
 		remaining, held, err = redisscript.Release(ctx, ln, k, l.Owner, l.Token)
-		d.lane.give(err)
+		d.lane.Give(err)
 	} else {
 		remaining, held, err = redisscript.Release(ctx, d.client, k, l.Owner, l.Token)
 	}
@@ -690,7 +691,7 @@ func (d *Driver) Close() error {
 		if err := d.grants.ReleaseAll([]redis.UniversalClient{d.client}); err != nil {
 			d.closeErr = fmt.Errorf("redislock: close: %w", err)
 		}
-		d.lane.close()
+		d.lane.Close()
 		if err := d.hub.Close(); d.closeErr == nil {
 			d.closeErr = err
 		}
@@ -711,7 +712,7 @@ func (d *Driver) stopWaiters() { d.stopOnce.Do(func() { close(d.stop) }) }
 func (d *Driver) kill() {
 	d.stopWaiters()
 	_ = d.hub.Close()
-	d.lane.close()
+	d.lane.Close()
 	_ = d.client.Close()
 	d.gate.Stop()
 	d.grants.Forget()

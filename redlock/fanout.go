@@ -55,44 +55,67 @@ func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, wh
 	f.left.Store(int32(calls))
 	if which == nil {
 		for i := range d.nodes {
-			d.spawn(func() { f.run(i) })
+			d.startJob(job{call: f, i: i})
 		}
 		return
 	}
 	for _, i := range which {
-		d.spawn(func() { f.run(i) })
+		d.startJob(job{call: f, i: i})
 	}
 }
 
-// spawn runs fn on a goroutine: a worker left idle by an earlier node call
-// if one is waiting, else a new one, which then stays for further node
-// calls until it has been idle for workerIdle (or Close ends). A new
+// job is one piece of work for a worker goroutine: fn, or call's call on
+// node i. A node call is passed as its fan-out's record and the node's
+// index, not as a closure, which would cost an allocation per node call.
+type job struct {
+	fn   func()
+	call nodeCall
+	i    int
+}
+
+// nodeCall is a fan-out's record (a *fanCall).
+type nodeCall interface{ run(i int) }
+
+func (j job) do() {
+	if j.fn != nil {
+		j.fn()
+		return
+	}
+	j.call.run(j.i)
+}
+
+// spawn runs fn on a worker goroutine (see startJob).
+func (d *Driver) spawn(fn func()) { d.startJob(job{fn: fn}) }
+
+// startJob runs j on a goroutine: a worker left idle by an earlier node
+// call if one is waiting, else a new one, which then stays for further
+// node calls until it has been idle for workerIdle (or Close ends). A new
 // goroutine starts on a small stack that a go-redis call grows, by copying,
 // every time: ≈10% of the client's CPU in an uncontended Lock+Unlock.
-func (d *Driver) spawn(fn func()) {
+func (d *Driver) startJob(j job) {
 	select {
-	case d.workers <- fn:
+	case d.workers <- j:
 	default:
-		go d.work(fn)
+		go d.work(j)
 	}
 }
 
 // workerIdle is how long an idle worker waits for another node call.
 const workerIdle = time.Second
 
-// work runs fn, and then the node calls spawn hands it.
-func (d *Driver) work(fn func()) {
+// work runs j, and then the jobs startJob hands it.
+func (d *Driver) work(j job) {
 	var idle *time.Timer
 	for {
-		fn()
-		fn = nil
+		j.do()
+		j = job{}
 		if idle == nil {
 			idle = time.NewTimer(workerIdle)
 		} else {
 			idle.Reset(workerIdle)
 		}
 		select {
-		case fn = <-d.workers:
+		case j = <-d.workers:
 		case <-idle.C:
 			return
 		case <-d.stopWorkers:

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redislane"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testserver"
 )
@@ -62,9 +63,13 @@ func TestURLClientsSmallBuffers(t *testing.T) {
 	}
 	defer d.Close()
 	for i, n := range d.nodes {
-		c, ok := n.client.(*redis.Client)
+		raw := n.client
+		if w, ok := raw.(*redislane.Client); ok {
+			raw = w.Unwrap()
+		}
+		c, ok := raw.(*redis.Client)
 		if !ok {
-			t.Fatalf("node %d: client %T", i, n.client)
+			t.Fatalf("node %d: client %T", i, raw)
 		}
 		if o := c.Options(); o.ReadBufferSize != connBuffer || o.WriteBufferSize != connBuffer {
 			t.Errorf("node %d: buffers %d/%d B, want %d", i, o.ReadBufferSize, o.WriteBufferSize, connBuffer)

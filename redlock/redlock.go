@@ -116,6 +116,7 @@ import (
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/openurl"
+	"github.com/dlock/dlock/internal/redislane"
 	"github.com/dlock/dlock/internal/redisscript"
 )
 
@@ -163,7 +164,7 @@ type Driver struct {
 	closing   chan struct{}      // closed when Close begins
 	// workers hands node calls to idle worker goroutines (see spawn);
 	// stopWorkers, closed when Close ends, stops them.
-	workers     chan func()
+	workers     chan job
 	stopWorkers chan struct{}
 	stopOnce    sync.Once
 	closeOnce   sync.Once
@@ -183,8 +184,12 @@ type Driver struct {
 }
 
 type node struct {
-	i      int // its index in Driver.nodes
+	i int // its index in Driver.nodes
+	// client is the node's go-redis client, its script calls on lane
+	// when there is one (see redislane.Wrap): back-to-back node calls
+	// skip go-redis's per-command pool check.
 	client redis.UniversalClient
+	lane   *redislane.Lane
 	hub    *redisscript.Hub
 }
 
@@ -211,7 +216,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if len(clients) == 0 {
 		return nil, openurl.Invalid("clients", "redlock: no clients")
 	}
-	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{}), workers: make(chan func()), stopWorkers: make(chan struct{})}
+	d := &Driver{quorum: len(clients)/2 + 1, prefix: DefaultKeyPrefix, closing: make(chan struct{}), workers: make(chan job), stopWorkers: make(chan struct{})}
 	d.seen.quorum = d.quorum
 	d.grantSig = make(chan struct{}, 1)
 	if o != nil {
@@ -233,12 +238,15 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 		if c == nil {
 			return nil, openurl.Invalid("clients", "redlock: client %d is nil", i)
 		}
-		for _, n := range d.nodes {
-			if n.client == c {
+		for _, prev := range clients[:i] {
+			if prev == c {
 				return nil, openurl.Invalid("clients", "redlock: client %d is given twice", i)
 			}
 		}
-		d.nodes = append(d.nodes, &node{i: i, client: c, hub: redisscript.NewHub(c, d.filterAt(i))})
+	}
+	for i, c := range clients {
+		scripts, lane := redislane.Wrap(c)
+		d.nodes = append(d.nodes, &node{i: i, client: scripts, lane: lane, hub: redisscript.NewHub(c, d.filterAt(i))})
 	}
 	return d, nil
 }
@@ -311,6 +319,7 @@ func (d *Driver) Close() error {
 			d.closeErr = fmt.Errorf("redlock: close: %w", err)
 		}
 		for _, n := range d.nodes {
+			n.lane.Close()
 			if err := n.hub.Close(); err != nil && d.closeErr == nil {
 				d.closeErr = err
 			}
@@ -332,6 +341,7 @@ func (d *Driver) Close() error {
 func (d *Driver) kill() {
 	for _, n := range d.nodes {
 		_ = n.hub.Close()
+		n.lane.Close()
 		_ = n.client.Close()
 	}
 	d.gate.Stop()

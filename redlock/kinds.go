@@ -315,8 +315,16 @@ var _ driver.FenceRaiser = (*Driver)(nil)
 
 // RaiseFence raises the fencing counter of kind k of name (the mutex's, or
 // the read/write lock's shared one) to at least atLeast on every node
-// (driver.FenceRaiser), and succeeds once a quorum of nodes did: any later
-// grant's quorum then includes one of them, so its token exceeds atLeast.
+// (driver.FenceRaiser), and succeeds only once every node did. A quorum of
+// raised nodes is not enough: a node held by another owner since before
+// the raise (a grant of a slow or failed attempt) proves nothing, since
+// that owner can complete its own quorum with it and with an unraised node
+// once the caller releases there, with a token below atLeast (see
+// TestRaiseFenceHeldNodes). With every node raised, a later grant's quorum
+// includes a node it was granted after the raise: one the caller held
+// during the raise, when the caller holds a quorum (the quorum lock's use),
+// or any node granted afresh. A node that is down or slow therefore fails
+// the raise; the quorum lock then counts this backend as not raised.
 // Semaphores are not supported. After Close has begun it fails with an
 // error wrapping dlock.ErrClosed.
 func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atLeast uint64) error {
@@ -341,8 +349,8 @@ func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atL
 			firstErr = fmt.Errorf("node %d: %w", r.i, r.err)
 		}
 	}
-	if ok < d.quorum {
-		return ctxerr.Wrap(ctx, "redlock: raise fence", fmt.Errorf("raised on %d of %d nodes, a quorum is %d: %w", ok, len(d.nodes), d.quorum, firstErr))
+	if ok < len(d.nodes) {
+		return ctxerr.Wrap(ctx, "redlock: raise fence", fmt.Errorf("raised on %d of %d nodes, every node is needed: %w", ok, len(d.nodes), firstErr))
 	}
 	return nil
 }

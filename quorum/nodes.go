@@ -95,8 +95,13 @@ func (s *sub) Close() error {
 }
 
 // RaiseFence raises the counter of name's kind k to at least atLeast on
-// every node, and succeeds when a majority did (so a quorum driver can be a
-// node of another).
+// every node, and succeeds only when every node did (so a quorum driver can
+// be a node of another). A majority is not enough: a node held by another
+// owner since before the raise proves nothing, since that owner can
+// complete its majority with it and an unraised node the caller held, once
+// the caller releases there, with a token below atLeast (see
+// TestNestedRaiseFenceHeldNodes). A node that is down or slow therefore
+// fails the raise.
 func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atLeast uint64) error {
 	if !d.gate.enter() {
 		return errClosed
@@ -116,8 +121,8 @@ func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atL
 			okCount++
 		}
 	}
-	if okCount < d.quorum {
-		return ctxerr.Wrap(ctx, "quorum: raise fence", fmt.Errorf("raised on %d of %d nodes, a quorum is %d: %w", okCount, len(d.nodes), d.quorum, firstErr))
+	if okCount < len(d.nodes) {
+		return ctxerr.Wrap(ctx, "quorum: raise fence", fmt.Errorf("raised on %d of %d nodes, every node is needed: %w", okCount, len(d.nodes), firstErr))
 	}
 	return nil
 }

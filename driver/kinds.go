@@ -124,5 +124,21 @@ type FenceRaiser interface {
 	// greater than atLeast: it sets the counter to atLeast if it is lower
 	// and leaves it alone otherwise. It never changes a current holder's
 	// grant.
+	//
+	// "The next grant" is every grant returned after RaiseFence returned
+	// nil, once the current holders' grants have ended. A driver over
+	// several nodes (redlock, quorum) must keep that for a grant completed
+	// from node grants that began before the raise (a slow or failed
+	// attempt of another owner): a quorum of raised nodes is not enough,
+	// since a raised node held by that owner proves nothing and the owner
+	// can complete its quorum with an unraised node once the caller
+	// releases it. Only raised nodes whose grant to the caller is live
+	// could make up such a quorum, and RaiseFence does not say who the
+	// caller is, so redlock and quorum succeed only once every node is
+	// raised.
+	//
+	// The quorum lock calls RaiseFence on a backend that granted it while
+	// its grant there is live, and counts a backend whose raise failed as
+	// not raised.
 	RaiseFence(ctx context.Context, name string, k Kind, atLeast uint64) error
 }

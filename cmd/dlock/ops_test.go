@@ -159,7 +159,7 @@ func TestLogFormat(t *testing.T) {
 	if code := te.run("run", "-v", "--url", mem, "free-one", "--", "true"); code != 0 {
 		t.Fatalf("exit %d: %s", code, te.stderr.String())
 	}
-	if !regexp.MustCompile(`(?m)^dlock: acquired name=free-one type=mutex token=\d+ owner=\w+$`).MatchString(te.stderr.String()) {
+	if !regexp.MustCompile(`(?m)^dlock: acquired name=free-one type=mutex token=\d+ owner=[\w-]+$`).MatchString(te.stderr.String()) {
 		t.Errorf("text records %q", te.stderr.String())
 	}
 }

@@ -2,12 +2,14 @@ package sqltest
 
 import (
 	"context"
+	"errors"
 	"runtime/metrics"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // goroutinesCreated reads the runtime's count of goroutines started so far
@@ -95,7 +97,21 @@ func SharedLossSignal(t *testing.T, d driver.Driver, drop func(ctx context.Conte
 	default:
 		t.Fatal("the lost hold's Lost is still open")
 	}
-	g3 := take()
+	// A terminated session's locks go when its server process has exited,
+	// which may be after the terminating call returned: wait for the name
+	// to be free rather than take it once.
+	var g3 driver.Grant
+	testwait.Until(t, 10*time.Second, "the dropped hold's lock to be free", func() bool {
+		g, err := d.TryAcquire(ctx, req)
+		if errors.Is(err, dlock.ErrLocked) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		g3 = g
+		return true
+	})
 	select {
 	case <-g3.Lost:
 		t.Fatalf("a new grant after a lost hold came with a closed loss signal (cause %v)", g3.Cause())

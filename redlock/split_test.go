@@ -1,0 +1,108 @@
+package redlock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisscript"
+	"github.com/dlock/dlock/internal/testwait"
+)
+
+// TestSplitGrantResolvedQuickly: a split grant (node 0's queue has waiter
+// a first, nodes 1 and 2 waiter b, so one release grants a on node 0 and
+// b on the others) is resolved within a fraction of a long node timeout:
+// a, short of a quorum of grants, does not wait the node timeout for the
+// rest, which are not coming, but tries again about a round trip after
+// its first grant, and gives node 0's grant back; b holds the lock on its
+// quorum meanwhile.
+func TestSplitGrantResolvedQuickly(t *testing.T) {
+	const nodeTimeout = 3 * time.Second
+	srvs, admins, _ := safetyEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	name := "grant-split-quick"
+	e := &grantEnv{t: t, ctx: ctx, srvs: srvs, admins: admins, k: redisscript.KeysFor(DefaultKeyPrefix, name), name: name}
+	var ds [3]*Driver
+	for i := range ds {
+		d, err := openTest(ctx, redlockURL(srvs, "node_timeout=3s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		ds[i] = d
+	}
+	e.d1 = ds[0]
+	e.req = driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
+	g, err := e.d1.TryAcquire(ctx, e.req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.held = g
+	type res struct {
+		g   driver.Grant
+		err error
+	}
+	ra, rb := make(chan res, 1), make(chan res, 1)
+	reqA := driver.AcquireRequest{Name: name, Owner: "a", TTL: 10 * time.Second}
+	reqB := driver.AcquireRequest{Name: name, Owner: "b", TTL: 10 * time.Second}
+	go func() {
+		g, err := ds[1].Acquire(ctx, reqA)
+		ra <- res{g, err}
+	}()
+	go func() {
+		g, err := ds[2].Acquire(ctx, reqB)
+		rb <- res{g, err}
+	}()
+	e.waitRequested("a", nil)
+	e.waitRequested("b", nil)
+	for i, a := range admins {
+		first, second := "b", "a"
+		if i == 0 {
+			first, second = "a", "b"
+		}
+		if err := a.ZAddXX(ctx, e.k.Queue, redis.Z{Score: 1, Member: first}, redis.Z{Score: 2, Member: second}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := time.Now()
+	e.release()
+	var b res
+	select {
+	case b = <-rb:
+	case r := <-ra:
+		t.Fatalf("a took the lock on node 0's grant alone: %+v, %v", r.g, r.err)
+	}
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	// Node 0 was granted to a by the release (b holds the other two).
+	testwait.Until(t, 2*nodeTimeout, "a's grant on node 0 given back", func() bool {
+		n, err := admins[0].Exists(ctx, e.k.Lock).Result()
+		return err == nil && n == 0
+	})
+	if took := time.Since(released); took >= nodeTimeout/4 {
+		t.Errorf("the split grant was resolved %v after the release; want under a quarter of the node timeout (%v)", took.Round(time.Millisecond), nodeTimeout/4)
+	} else {
+		t.Logf("the split grant was resolved %v after the release", took.Round(time.Millisecond))
+	}
+	select {
+	case r := <-ra:
+		t.Fatalf("a holds the lock while b does: %+v, %v", r.g, r.err)
+	default:
+	}
+	if _, err := ds[2].Release(ctx, driver.Lease{Name: name, Owner: reqB.Owner, TTL: reqB.TTL, Token: b.g.Token, Handle: b.g.Handle}); err != nil {
+		t.Fatal(err)
+	}
+	a := <-ra
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if a.g.Token <= b.g.Token {
+		t.Errorf("a's token %d is not above b's %d", a.g.Token, b.g.Token)
+	}
+	if _, err := ds[1].Release(ctx, driver.Lease{Name: name, Owner: reqA.Owner, TTL: reqA.TTL, Token: a.g.Token, Handle: a.g.Handle}); err != nil {
+		t.Fatal(err)
+	}
+}

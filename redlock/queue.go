@@ -90,6 +90,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			st = &stagger{first: named, w: w}
 		}
 		g, err := d.tryAcquire(ctx, req, score, st, gs)
+		took := time.Since(sent) // at least a round trip to every node it waited for
 		if err == nil {
 			if g.Sent.IsZero() {
 				g.Sent = sent
@@ -168,10 +169,12 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 				// A wake-up, no grant (or only stale ones): try again.
 				break waiting
 			}
-			// Part of the nodes granted: the others' grants are likely on
-			// their way. Wait for them, for at most the node timeout.
+			// Part of the nodes granted: the others' grants, if that
+			// release made them, are a moment behind. Wait for them for
+			// restWindow, then try again: the attempt adopts the grants
+			// and, short of a quorum, gives them back (a split grant).
 			if rest == nil {
-				rest = time.NewTimer(d.timeoutFor(req.TTL))
+				rest = time.NewTimer(restWindow(took, d.timeoutFor(req.TTL)))
 				restC = rest.C
 			}
 		}
@@ -181,6 +184,26 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		}
 		named = w.nodes.Swap(0)
 	}
+}
+
+// restFloor is the least time a waiter granted by part of the nodes waits
+// for the rest of a quorum of grants (see restWindow).
+const restFloor = 5 * time.Millisecond
+
+// restWindow is how long a waiter granted by fewer than a quorum of nodes
+// waits for the rest of the grants before it tries again. A release sends
+// its script to every node at once and each node publishes its grant as
+// it runs it, so the grants of one release arrive within about one round
+// trip of each other: the window is twice took (the waiter's last attempt,
+// which waited for every node's answer it needed, so at least one round
+// trip), at least restFloor, at most the node timeout. When the rest does
+// not come by then, the release split the nodes between waiters (their
+// queues disagreed): waiting longer only keeps the grant from the others.
+// Trying early is no less safe than trying late: the attempt is the one
+// that ran after the node timeout before (it adopts the grants, and a
+// minority is undone and the waiter requeued at its place).
+func restWindow(took, timeout time.Duration) time.Duration {
+	return min(max(2*took, restFloor), timeout)
 }
 
 // leaveAll takes req's owner out of every node's queue, if it was queued (score

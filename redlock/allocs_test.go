@@ -88,10 +88,13 @@ func TestUncontendedAllocs(t *testing.T) {
 }
 
 // The bounds of TestUncontendedAllocs: 146-148 allocations and 8.9 KB
-// before (with and without -race), 132-134 and 6.9-7.0 KB after.
+// before (with and without -race), 132-134 and 6.9-7.0 KB after the third
+// round; 113-115 and 6.6-6.7 KB since node calls run on a lane and a
+// fan-out's jobs are its record and a node index (142 and 7.4 KB just
+// before, with grant-in-release's extra work on the release path).
 const (
-	maxUncontendedAllocs = 140
-	maxUncontendedBytes  = 7800
+	maxUncontendedAllocs = 122
+	maxUncontendedBytes  = 7000
 )
 
 // workerGoroutines counts the goroutines running or idle in Driver.work.

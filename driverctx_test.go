@@ -3,12 +3,12 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"runtime/metrics"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
 	"github.com/dlock/dlock/memlock"
 )
 
@@ -46,15 +46,6 @@ func (d rpcLike) Release(ctx context.Context, l driver.Lease) (int, error) {
 	return d.Driver.Release(ctx, l)
 }
 
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
-}
-
 // An uncontended Lock+Unlock starts no goroutine, even on a driver whose
 // requests derive contexts from the ones the Client gives it (a waiting
 // Lock's, which ends when the Client closes, and Unlock's, bounded by
@@ -66,7 +57,7 @@ func goroutinesCreated() uint64 {
 // through a gRPC client cost a goroutine start and a wake-up, and so did the
 // loss watcher of each Lock holding the only lease of the Client.
 func TestDriverCtxNoGoroutine(t *testing.T) {
-	if goroutinesCreated() == 0 {
+	if testwait.GoroutinesCreated() == 0 {
 		t.Skip("runtime/metrics has no /sched/goroutines-created")
 	}
 	c := dlock.New(rpcLike{memlock.NewBackend().NewDriver(), make(chan struct{})}, &dlock.Options{TTL: time.Minute})
@@ -95,12 +86,12 @@ func TestDriverCtxNoGoroutine(t *testing.T) {
 			}
 			cycle() // the Client's scheduling goroutines are woken once
 			const n = 100
-			before := goroutinesCreated()
+			before := testwait.GoroutinesCreated()
 			for range n {
 				cycle()
 			}
 			// Allow a stray goroutine of the runtime or the test framework.
-			if got := goroutinesCreated() - before; got > 5 {
+			if got := testwait.GoroutinesCreated() - before; got > 5 {
 				t.Fatalf("%d Lock+Unlock cycles started %d goroutines, want none", n, got)
 			}
 		})

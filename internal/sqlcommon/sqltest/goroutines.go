@@ -3,7 +3,6 @@ package sqltest
 import (
 	"context"
 	"errors"
-	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -12,23 +11,12 @@ import (
 	"github.com/dlock/dlock/internal/testwait"
 )
 
-// goroutinesCreated reads the runtime's count of goroutines started so far
-// (0 when the runtime does not report it).
-func goroutinesCreated() uint64 {
-	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
-}
-
 // NoGoroutinePerLock checks that uncontended Lock+Unlock cycles of m, each
 // with a context of its own (as a caller with a timeout per call has),
 // start no goroutine once warmed up.
 func NoGoroutinePerLock(t *testing.T, m *dlock.Mutex) {
 	t.Helper()
-	if goroutinesCreated() == 0 {
+	if testwait.GoroutinesCreated() == 0 {
 		t.Skip("runtime/metrics has no /sched/goroutines-created")
 	}
 	cycle := func() {
@@ -45,12 +33,12 @@ func NoGoroutinePerLock(t *testing.T, m *dlock.Mutex) {
 	cycle() // the connections are made, the Client's goroutines woken once
 	cycle()
 	const n = 50
-	before := goroutinesCreated()
+	before := testwait.GoroutinesCreated()
 	for range n {
 		cycle()
 	}
 	// Allow a stray goroutine of the runtime or the test framework.
-	if got := goroutinesCreated() - before; got > 5 {
+	if got := testwait.GoroutinesCreated() - before; got > 5 {
 		t.Fatalf("%d Lock+Unlock cycles started %d goroutines, want none", n, got)
 	}
 }

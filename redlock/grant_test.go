@@ -389,15 +389,7 @@ func TestSplitGrantsGivenBack(t *testing.T) {
 	}()
 	e.waitRequested("a", nil)
 	e.waitRequested("b", nil)
-	for i, a := range e.admins {
-		first, second := "b", "a"
-		if i == 0 {
-			first, second = "a", "b"
-		}
-		if err := a.ZAddXX(e.ctx, e.k.Queue, redis.Z{Score: 1, Member: first}, redis.Z{Score: 2, Member: second}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.splitQueues()
 	e.release()
 	var b res
 	select {
@@ -426,5 +418,21 @@ func TestSplitGrantsGivenBack(t *testing.T) {
 	}
 	if a.g.Token <= b.g.Token {
 		t.Errorf("a's token %d is not above b's %d", a.g.Token, b.g.Token)
+	}
+}
+
+// splitQueues makes the nodes' queues disagree about waiters a and b (both
+// queued): node 0 has a first, the other nodes b, so one release grants a
+// on node 0 and b on the rest.
+func (e *grantEnv) splitQueues() {
+	e.t.Helper()
+	for i, a := range e.admins {
+		first, second := "b", "a"
+		if i == 0 {
+			first, second = "a", "b"
+		}
+		if err := a.ZAddXX(e.ctx, e.k.Queue, redis.Z{Score: 1, Member: first}, redis.Z{Score: 2, Member: second}).Err(); err != nil {
+			e.t.Fatal(err)
+		}
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testwait"
@@ -70,15 +68,7 @@ func testSplitResolved(t *testing.T, name string, wake bool, within time.Duratio
 	}()
 	e.waitRequested("a", nil)
 	e.waitRequested("b", nil)
-	for i, a := range admins {
-		first, second := "b", "a"
-		if i == 0 {
-			first, second = "a", "b"
-		}
-		if err := a.ZAddXX(ctx, e.k.Queue, redis.Z{Score: 1, Member: first}, redis.Z{Score: 2, Member: second}).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.splitQueues()
 	if wake {
 		if err := admins[0].HDel(ctx, grantsKey(e.k), "a").Err(); err != nil {
 			t.Fatal(err)

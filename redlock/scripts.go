@@ -41,20 +41,11 @@ import (
 //	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms, ARGV[4] queue
 //	entry lifetime ms, ARGV[5] release channel, ARGV[6] score, ARGV[7]
 //	grant channel
-var waitAcquireSrc = `
+var waitAcquireSrc = redisscript.Clock + `
 local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
 local wait = tonumber(ARGV[4])
-local nowms
-local function now()
-  if not nowms then
-    if redis.replicate_commands then pcall(redis.replicate_commands) end
-    local t = redis.call('TIME')
-    nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return nowms
-end
 local function lease()
   if delay > 0 then return string.format('%.0f', now() + ttl), ARGV[3] end
   return '', ''
@@ -161,18 +152,9 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0, cnt}
 // The qg hash is not passed: it is KEYS[2] .. "g" (a Redlock node is a
 // standalone master, where a script may name a key it derives; passing it
 // would cost the uncontended release an allocation per node).
-var grantReleaseSrc = `
+var grantReleaseSrc = redisscript.Clock + `
 local v = redis.pcall('GET', KEYS[1])
 local f = ARGV[2]
-local nowms
-local function now()
-  if not nowms then
-    if redis.replicate_commands then pcall(redis.replicate_commands) end
-    local t = redis.call('TIME')
-    nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  end
-  return nowms
-end
 local QG = KEYS[2] .. 'g'
 -- notHeld: the owner does not hold the lock here; if it is still queued
 -- (a grant on a quorum of other nodes came first), it leaves the queue.

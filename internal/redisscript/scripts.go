@@ -14,7 +14,12 @@ import (
 // once (after redis.replicate_commands, see below). It is the only function
 // the acquire and release scripts define, so a call of theirs builds one
 // closure rather than the prelude's eight.
-const clock = `
+const clock = Clock
+
+// Clock is the Lua prelude that defines now() as described for clock, for
+// scripts of other packages built on these keys (redlock's grant-in-release
+// variants) to start with instead of a copy.
+const Clock = `
 local nowms
 local function now()
   if not nowms then

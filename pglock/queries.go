@@ -36,6 +36,17 @@ type queries struct {
 // that waited for a row lock reads the time after the wait.
 const nowUS = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 
+// fillFactor is the fill factor of the tables whose rows are rewritten in
+// place: the lock table, <table>_kinds and <table>_holders. Every grant,
+// renewal and release writes a new version of its row; PostgreSQL keeps
+// that update HOT (no new index entry, the old version pruned within the
+// page) only when the row's page has room for the new version. Packed full
+// (the default, 100), a renewal of many leases moves each row to another
+// page with a new index entry, so the table and its index grow with every
+// renewal tick until vacuum runs, and every lookup on them slows down. At
+// 50 each page keeps room for a new version of every row on it.
+const fillFactor = "50"
+
 func newQueries(table string) queries {
 	r := strings.NewReplacer("$T", table)
 	var q queries
@@ -48,7 +59,7 @@ func newQueries(table string) queries {
 	delay_until timestamptz NOT NULL DEFAULT '-infinity',
 	version     bigint NOT NULL DEFAULT 0,
 	fence_floor bigint NOT NULL DEFAULT 0
-)`)
+) WITH (fillfactor = ` + fillFactor + `)`)
 	q.createRowTable = r.Replace(`CREATE TABLE IF NOT EXISTS $T_rowlock (name text PRIMARY KEY)`)
 
 	// One statement decides and grants with the server's clock. A row is
@@ -166,7 +177,7 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT 
 	fence   bigint NOT NULL DEFAULT 0,
 	permits integer NOT NULL DEFAULT 0,
 	PRIMARY KEY (name, grp)
-)`)
+) WITH (fillfactor = ` + fillFactor + `)`)
 	q.createHolders = r.Replace(`CREATE TABLE IF NOT EXISTS $T_holders (
 	name        text NOT NULL,
 	grp         smallint NOT NULL,
@@ -177,7 +188,7 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT 
 	lock_until  bigint NOT NULL,
 	delay_until bigint NOT NULL,
 	PRIMARY KEY (name, grp, owner, kind)
-)`)
+) WITH (fillfactor = ` + fillFactor + `)`)
 	q.kindLock = r.Replace(`INSERT INTO $T_kinds AS k (name, grp) VALUES ($1, $2)
 ON CONFLICT (name, grp) DO UPDATE SET fence = k.fence
 RETURNING fence, permits, ` + nowUS)

@@ -108,7 +108,7 @@ RETURNING fence, count`)
 		version = version + 1
 	WHERE name = $1 AND owner = $2 AND fence = $3 AND count > 0 AND lock_until > now()
 	RETURNING count)
-SELECT count, CASE WHEN count = 0 THEN ` + notifyIfWaited("$5", "$4", "$1") + ` END FROM r`)
+SELECT count, CASE WHEN count = 0 THEN ` + notifyIfWaited("$5", "$4", "$1") + ` END FROM r WHERE ` + asyncCommit)
 
 	q.leaseRenew = r.Replace(`UPDATE $T AS l SET
 	lock_until = now() + x.ttl * interval '1 microsecond',
@@ -207,7 +207,7 @@ ON CONFLICT (name, grp, owner, kind) DO UPDATE SET count = excluded.count, fence
 	q.kindRelease = r.Replace(`WITH d AS (DELETE FROM $T_holders WHERE ` + holder + ` AND count <= 1 RETURNING 0 AS count),
 u AS (UPDATE $T_holders SET count = count - 1 WHERE ` + holder + ` AND count > 1 RETURNING count),
 r AS (SELECT count FROM d UNION ALL SELECT count FROM u)
-SELECT count, CASE WHEN count = 0 THEN ` + notifyIfWaited("$8", "$6", "$7") + ` END FROM r`)
+SELECT count, CASE WHEN count = 0 THEN ` + notifyIfWaited("$8", "$6", "$7") + ` END FROM r WHERE ` + asyncCommit)
 	kindRenew := `UPDATE $T_holders AS h SET lock_until = ` + nowUS + ` + x.ttl, delay_until = ` + nowUS + ` + x.ttl + x.delay
 FROM unnest($N1::text[], $N2::smallint[], $N3::text[], $N4::smallint[], $N5::bigint[], $N6::bigint[], $N7::bigint[]) AS x(name, grp, owner, kind, fence, ttl, delay)
 WHERE h.name = x.name AND h.grp = x.grp AND h.owner = x.owner AND h.kind = x.kind AND h.fence = x.fence AND h.lock_until > ` + nowUS + `
@@ -238,6 +238,18 @@ ON CONFLICT (name, grp) DO UPDATE SET fence = GREATEST(k.fence, excluded.fence)`
 	q.inspectHolder = r.Replace(`SELECT name, grp, owner, kind, count, fence, lock_until, delay_until FROM $T_holders WHERE left(name, char_length($1)) = $1`)
 	return q
 }
+
+// asyncCommit is a condition, always true, that makes the statement's
+// transaction commit without waiting for its WAL to be flushed (or
+// replicated to a synchronous standby): synchronous_commit = off for this
+// transaction only. The releases use it. A release lost in a server crash
+// or failover leaves the lock held, as it was, until its lease ends: a
+// later holder waits, none is granted twice, and no token is reissued (the
+// fence moves only in grants, whose commits stay synchronous). A grant
+// that saw the release commits after it, and its synchronous commit flushes
+// the WAL up to and including the release. So a Lock+Unlock in ModeLease
+// waits for one WAL flush, the grant's, instead of two.
+const asyncCommit = `set_config('synchronous_commit', 'off', true) = 'off'`
 
 // notifyIfWaited is an expression that NOTIFYs channel with payload only
 // when the lock's WaitKey (the parameter waitKey) is marked by some

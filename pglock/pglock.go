@@ -19,7 +19,11 @@
 // deadline, all decided by the server's now(). A grant is one
 // INSERT … ON CONFLICT … DO UPDATE … WHERE <free or ours> RETURNING; the row is
 // never deleted, so its fence counter only grows. Renewal of all of a driver's
-// leases is one UPDATE … FROM unnest(…) per tick. A release NOTIFYs waiters
+// leases is one UPDATE … FROM unnest(…) per tick. The tables are created
+// WITH (fillfactor = 50), which keeps these rewrites HOT. A release commits
+// with synchronous_commit = off (its own transaction only; grants stay
+// synchronous): one lost in a crash or failover leaves the lease to expire,
+// as a crashed holder's would. A release NOTIFYs waiters
 // when there are any: a driver's LISTEN session marks the names it has
 // subscribers for with a shared advisory lock on WaitKey(name), and a
 // release, in every mode, NOTIFYs only when it cannot take that key

@@ -248,7 +248,9 @@ ON CONFLICT (name, grp) DO UPDATE SET fence = GREATEST(k.fence, excluded.fence)`
 // fence moves only in grants, whose commits stay synchronous). A grant
 // that saw the release commits after it, and its synchronous commit flushes
 // the WAL up to and including the release. So a Lock+Unlock in ModeLease
-// waits for one WAL flush, the grant's, instead of two.
+// waits for one WAL flush, the grant's, instead of two. The setting covers
+// the whole transaction: a statement using it must never share one (a
+// pgx.Batch, an explicit transaction) with a grant or a fence increment.
 const asyncCommit = `set_config('synchronous_commit', 'off', true) = 'off'`
 
 // notifyIfWaited is an expression that NOTIFYs channel with payload only

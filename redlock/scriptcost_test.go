@@ -15,8 +15,7 @@ import (
 // hand-off, 3 times each): each redis.call costs the node CPU in every
 // hand-off. It also checks the grant (the counter + 1 as token), and that
 // a grant nobody hears puts the counter back as it was, missing included.
-// Before: 16 commands (an EXISTS ahead of the ZRANGE of the queue, and the
-// counter read and written with GET and SET).
+// Before: 16 commands (the counter read and written with GET and SET).
 func TestGrantReleaseCommands(t *testing.T) {
 	srv := testserver.Redis(t, nil)
 	ctx := ctxT(t, 20*time.Second)
@@ -109,7 +108,10 @@ func TestGrantReleaseCommands(t *testing.T) {
 	}
 }
 
-// maxGrantReleaseCommands bounds TestGrantReleaseCommands: 14 since the
-// queue is read with ZRANGE alone and the counter raised with INCR (16
-// before; both with the PEXPIRE that makes qg outlive the grant).
-const maxGrantReleaseCommands = 14
+// maxGrantReleaseCommands bounds TestGrantReleaseCommands: 15 since the
+// counter is raised with INCR (16 before; both with the PEXPIRE that
+// makes qg outlive the grant). Reading the queue with ZRANGE alone, without
+// the EXISTS ahead of it, would save one more in a hot lock, but costs a
+// free lock's release 0.2-0.6 µs of node time (a ZRANGE of a missing key
+// is dearer than an EXISTS), so it stays.
+const maxGrantReleaseCommands = 15

@@ -146,8 +146,9 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0, cnt}
 // release channel. Releasing also drops the releasing owner's own qg
 // record; an owner that does not hold the lock (reply -1) leaves the
 // queue if it is in it (its lease was granted by a quorum of other nodes
-// before this one's grant). The queue is read with ZRANGE alone (empty
-// when it does not exist): in a contended lock it always does.
+// before this one's grant). The queue is looked for with EXISTS before
+// it is read: on a free lock's release (no queue) that is cheaper than a
+// ZRANGE of the missing key.
 //
 //	KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] fence
 //	ARGV[1] owner, ARGV[2] token ("0": do not check), ARGV[3] release channel
@@ -184,7 +185,7 @@ if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
 end
 local msg = f
 redis.call('HDEL', QG, ARGV[1])
-local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+local head = redis.call('EXISTS', KEYS[2]) == 1 and redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if head then
   local t = now()
   while head do

@@ -87,9 +87,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 	n := len(d.nodes)
 	var results <-chan result[redisscript.AcquireResult]
 	var late *lateCalls
-	var launched time.Time
 	if st != nil && st.first != 0 && bits.OnesCount64(st.first) < d.quorum && st.first < 1<<n {
-		launched = time.Now()
 		late = d.launchEarly(ctx, ops, timeout, st)
 		results = late.out
 	} else {
@@ -106,16 +104,8 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 		var r result[redisscript.AcquireResult]
 		if late != nil {
 			r = late.next(d, ctx, ops, timeout)
-			if len(got) == 0 && late.late != 0 {
-				// The first answer came back a round trip after the
-				// launch. The releases that free the late nodes left
-				// with the one that named the waiter, so they name it
-				// within about as long again (restWindow); a node whose
-				// release has not by then granted or named another
-				// waiter (the nodes' queues disagreed): the attempt is
-				// sent there now rather than after the node timeout
-				// (maxStagger), as it would be then.
-				late.timer.Reset(restWindow(time.Since(launched), min(timeout, maxStagger)))
+			if len(got) == 0 {
+				late.firstAnswer(timeout)
 			}
 		} else {
 			r = <-results

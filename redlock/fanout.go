@@ -167,20 +167,33 @@ type stagger struct {
 
 // lateCalls are a staggered attempt's node calls.
 type lateCalls struct {
-	out   chan result[redisscript.AcquireResult]
-	late  uint64 // nodes not sent to yet
-	w     *waiter
-	timer *time.Timer
+	out      chan result[redisscript.AcquireResult]
+	late     uint64 // nodes not sent to yet
+	w        *waiter
+	launched time.Time   // when the first nodes were sent to
+	timer    *time.Timer // sends to the late nodes when it fires
 }
 
 // launchEarly sends st's attempt to st.first, and returns what sends the
 // rest.
 func (d *Driver) launchEarly(ctx context.Context, ops *lockOps, timeout time.Duration, st *stagger) *lateCalls {
 	all := uint64(1)<<len(d.nodes) - 1
-	l := &lateCalls{out: make(chan result[redisscript.AcquireResult], len(d.nodes)), late: all &^ st.first, w: st.w}
+	l := &lateCalls{out: make(chan result[redisscript.AcquireResult], len(d.nodes)), late: all &^ st.first, w: st.w, launched: time.Now()}
 	fanoutInto(d, ctx, timeout, nodesOf(st.first), ops.acquire, l.out)
 	l.timer = time.NewTimer(min(timeout, maxStagger))
 	return l
+}
+
+// firstAnswer is told that the attempt's first answer came back, a round
+// trip after the launch. The releases that free the late nodes left with
+// the one that named the waiter, so they name it within about as long
+// again (restWindow): a late node whose release has not by then granted
+// or named another waiter (the nodes' queues disagreed) is sent the
+// attempt then, rather than after the node timeout (maxStagger).
+func (l *lateCalls) firstAnswer(timeout time.Duration) {
+	if l.late != 0 {
+		l.timer.Reset(restWindow(time.Since(l.launched), min(timeout, maxStagger)))
+	}
 }
 
 // maxStagger bounds how long a staggered attempt waits for the releases of

@@ -45,12 +45,53 @@ func newGrantEnv(t *testing.T, name string) *grantEnv {
 		*p = d
 	}
 	e.req = driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
-	g, err := e.d1.TryAcquire(ctx, e.req)
-	if err != nil {
-		t.Fatal(err)
+	// The tests' premise is a holder on every node. TryAcquire returns on
+	// a quorum; under load the last node may answer much later, or not
+	// grant at all (its call ran out of time): wait for every node's
+	// answer, and take the lock again until every node granted it.
+	for try := 1; ; try++ {
+		g, err := e.d1.TryAcquire(ctx, e.req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := g.Handle.(*handle)
+		testwait.Until(t, 10*time.Second, "every node answered the holder's acquire", func() bool { return h.settled.Load() == nil })
+		if held := e.heldOn(); held == len(admins) {
+			e.held = g
+			return e
+		} else if try == 5 {
+			t.Fatalf("the holder's lock reached %d of %d nodes in %d tries; want every node", held, len(admins), try)
+		}
+		if _, err := e.d1.Release(ctx, driver.Lease{Name: name, Owner: e.req.Owner, TTL: e.req.TTL, Token: g.Token, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	e.held = g
-	return e
+}
+
+// dumpOnFailure logs every node's lock, queue and grant records if the
+// test has failed (deferred: a t.Fatal runs it on its way out).
+func (e *grantEnv) dumpOnFailure() {
+	if !e.t.Failed() {
+		return
+	}
+	for i, a := range e.admins {
+		l, _ := a.Get(e.ctx, e.k.Lock).Result()
+		q, _ := a.ZRangeWithScores(e.ctx, e.k.Queue, 0, -1).Result()
+		g, _ := a.HGetAll(e.ctx, grantsKey(e.k)).Result()
+		e.t.Logf("node %d: lock %q, queue %v, qg %q", i, l, q, g)
+	}
+}
+
+// heldOn counts the nodes whose lock the holder holds.
+func (e *grantEnv) heldOn() int {
+	n := 0
+	for _, a := range e.admins {
+		v, err := a.Get(e.ctx, e.k.Lock).Result()
+		if _, _, owner, ok := redisscript.ParseValue(v); err == nil && ok && owner == e.req.Owner {
+			n++
+		}
+	}
+	return n
 }
 
 // requested reports whether owner's grant request is in node i's qg.
@@ -63,6 +104,7 @@ func (e *grantEnv) requested(i int, owner string) bool {
 // not nil, fails the test when the waiter's Acquire returns meanwhile.
 func (e *grantEnv) waitRequested(owner string, done <-chan error) {
 	e.t.Helper()
+	defer e.dumpOnFailure()
 	testwait.Until(e.t, 10*time.Second, owner+"'s grant request on every node", func() bool {
 		select {
 		case err := <-done:

@@ -133,18 +133,22 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0, cnt}
 // grantReleaseSrc is redisscript's release script (same keys first, same
 // replies) that, when it frees the lock and the first live waiter of the
 // queue has a grant request in qg, grants the lock to that waiter at once
-// instead of waking it: it publishes "token\nowner\nreleased token\n
-// releasing owner\nrelease channel" on the waiter's grant channel, and only if that reached a subscriber (the
-// waiter's driver is connected) it raises the fencing counter to token
-// (the counter + 1: a new grant's token, as INCR would make it), sets the
-// lock to the waiter's grant "1\ntoken\nexp\ndelay\nowner" with PX
-// ttl + delay from the request, takes the waiter out of the queue and
-// records "=token" for it in qg. Otherwise (no request, nobody listening,
-// a fencing counter dlock did not write) it does what redisscript's
-// release does: delete and publish "token\nhead" on the release channel.
-// Releasing also drops the releasing owner's own qg record; an owner that
-// does not hold the lock (reply -1) leaves the queue if it is in it (its
-// lease was granted by a quorum of other nodes before this one's grant).
+// instead of waking it: it raises the fencing counter by one (INCR: the
+// new token, as an acquire's), sets the lock to the waiter's grant
+// "1\ntoken\nexp\ndelay\nowner" with PX ttl + delay from the request, and
+// publishes "token\nowner\nreleased token\nreleasing owner\nrelease
+// channel" on the waiter's grant channel. Only if that reached a
+// subscriber (the waiter's driver is connected) is the grant kept: the
+// waiter leaves the queue and qg records "=token" for it. Otherwise the
+// counter is put back (DECR, or DEL of a counter the INCR made) and, as
+// when there is no request or the counter is not dlock's, it does what
+// redisscript's release does: delete and publish "token\nhead" on the
+// release channel. Releasing also drops the releasing owner's own qg
+// record; an owner that does not hold the lock (reply -1) leaves the
+// queue if it is in it (its lease was granted by a quorum of other nodes
+// before this one's grant). The queue is looked for with EXISTS before
+// it is read: on a free lock's release (no queue) that is cheaper than a
+// ZRANGE of the missing key.
 //
 //	KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] fence
 //	ARGV[1] owner, ARGV[2] token ("0": do not check), ARGV[3] release channel
@@ -196,18 +200,20 @@ if head then
     local g = redis.call('HGET', QG, head)
     local gttl, gdelay, gch
     if g then gttl, gdelay, gch = string.match(g, '^(%d+)\n(%d+)\n(.+)$') end
-    local n = gttl and redis.pcall('GET', KEYS[4])
-    local missing = n == false
-    if missing then n = '0' end
-    if gttl and type(n) == 'string' and string.match(n, '^%d+$') then
-      local tok = string.format('%.0f', tonumber(n) + 1)
+    -- The new token: the counter + 1 (INCR; a counter dlock did not
+    -- write, or a write refused (OOM), makes no grant).
+    local n = gttl and redis.pcall('INCR', KEYS[4])
+    if type(n) == 'number' and n < 1 then
+      redis.call('DECR', KEYS[4])
+      n = nil
+    end
+    if type(n) == 'number' then
+      local tok = string.format('%.0f', n)
       local ttl, delay = tonumber(gttl), tonumber(gdelay)
       local ne, nd = '', ''
       if delay > 0 then ne, nd = string.format('%.0f', t + ttl), gdelay end
-      -- The grant is written before it is announced: a write refused
-      -- (OOM) fails the script before anything is published, and the
-      -- writes after the first are not refused.
-      redis.call('SET', KEYS[4], tok)
+      -- The grant is written before it is announced: the writes after
+      -- the INCR are not refused.
       redis.call('SET', KEYS[1], '1\n' .. tok .. '\n' .. ne .. '\n' .. nd .. '\n' .. head, 'PX', ttl + delay)
       if redis.call('PUBLISH', gch, tok .. '\n' .. head .. '\n' .. f .. '\n' .. ARGV[1] .. '\n' .. ARGV[3]) > 0 then
         redis.call('ZREM', KEYS[2], head)
@@ -216,12 +222,12 @@ if head then
         if redis.call('PTTL', QG) < ttl + delay then redis.call('PEXPIRE', QG, ttl + delay) end
         return 0
       end
-      -- Nobody heard it: no grant (the counter as it was; the lock is
-      -- deleted below).
-      if missing then
+      -- Nobody heard it: no grant (the counter as it was, a missing
+      -- one and 0 being alike; the lock is deleted below).
+      if n == 1 then
         redis.call('DEL', KEYS[4])
       else
-        redis.call('SET', KEYS[4], n)
+        redis.call('DECR', KEYS[4])
       end
     end
     msg = f .. '\n' .. head

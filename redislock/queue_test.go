@@ -123,8 +123,15 @@ func TestDeadWaiterExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := now.UnixMilli()
-	q.admin.ZAdd(ctx, q.k.Queue, redis.Z{Score: float64(ms), Member: "crashed"})
-	q.admin.HSet(ctx, q.k.Waits, "crashed", ms+500)
+	// Queued a millisecond before now: a Lock queued within the same
+	// millisecond would tie with it, and ties go by owner (a random owner
+	// may sort before "crashed"), letting the Lock be first at once.
+	if err := q.admin.ZAdd(ctx, q.k.Queue, redis.Z{Score: float64(ms - 1), Member: "crashed"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.admin.HSet(ctx, q.k.Waits, "crashed", ms+500).Err(); err != nil {
+		t.Fatal(err)
+	}
 	r := <-q.lockAsync(ctx, 0)
 	if r.err != nil {
 		t.Fatalf("Lock behind a dead waiter: %v", r.err)

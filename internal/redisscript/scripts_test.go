@@ -146,3 +146,58 @@ func TestReleaseValues(t *testing.T) {
 		t.Fatalf("hash at the key: held %v, %v; want not held", held, err)
 	}
 }
+
+// TestFastPathsLargeToken: the fast paths of the acquire script (a free
+// lock nobody waits for, without lock-delay: the token is concatenated as a
+// Lua number below 1e14, formatted with %.0f above) and of the release
+// script write and compare the same value as the slow paths, on either side
+// of 1e14 where Lua's default number format would turn to an exponent; a
+// lock-delay grant (the path after the fast one) reads the counter alike.
+func TestFastPathsLargeToken(t *testing.T) {
+	c, ctx := scriptClient(t)
+	for _, tc := range []struct {
+		name  string
+		start uint64 // the fencing counter before the grant
+		delay time.Duration
+	}{
+		{"small", 41, 0},
+		{"below-1e14", 99999999999998, 0},
+		{"at-1e14", 99999999999999, 0},
+		{"above-1e14", 123456789012345, 0},
+		{"delay-at-1e14", 99999999999999, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := KeysFor(DefaultPrefix, "big-"+tc.name)
+			if err := c.Set(ctx, k.Fence, tc.start, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Acquire(ctx, c, k, "o", time.Minute, tc.delay)
+			if err != nil || !r.Granted || r.Fence != tc.start+1 {
+				t.Fatalf("acquire: %+v, %v; want a grant with token %d", r, err, tc.start+1)
+			}
+			v, err := c.Get(ctx, k.Lock).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := strconv.FormatUint(tc.start+1, 10)
+			if want := "1\n" + tok + "\n"; len(v) < len(want) || v[:len(want)] != want {
+				t.Fatalf("lock value %q; want it to start with %q", v, want)
+			}
+			if pttl := c.PTTL(ctx, k.Lock).Val(); pttl <= 59*time.Second || pttl > time.Minute+tc.delay {
+				t.Fatalf("PTTL %v; want the TTL (plus the lock-delay %v)", pttl, tc.delay)
+			}
+			if tc.delay == 0 {
+				if want := "1\n" + tok + "\n\n\no"; v != want {
+					t.Fatalf("lock value %q; want %q", v, want)
+				}
+				// The release's fast path compares the value whole.
+				if _, held, err := Release(ctx, c, k, "o", tc.start+1); err != nil || !held {
+					t.Fatalf("release: held %v, %v", held, err)
+				}
+				if n := c.Exists(ctx, k.Lock).Val(); n != 0 {
+					t.Fatal("the lock key is still there after the release")
+				}
+			}
+		})
+	}
+}

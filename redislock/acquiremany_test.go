@@ -1,0 +1,169 @@
+//go:build unix
+
+package redislock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/locktest"
+)
+
+// BenchmarkAcquireMany takes 10,000 locks of distinct names one after
+// another, holding them all, as the peer comparison's many-held scenario
+// does (a context.WithTimeout per call), in alternating phases on one
+// server: the raw floor (SET NX PX on a go-redis client of its own, with
+// the driver's pool options) and a dlock Client's Lock. Each round runs
+// both phases, in alternating order; the holds are dropped between rounds
+// (not timed). Metrics, medians over the rounds (at least 3):
+//
+//   - floor-µs, lock-µs: wall time per lease, and lock/floor;
+//   - floor-cpu-µs, lock-cpu-µs: the CPU time of this process per lease
+//     (every thread, user and system: the client's own cost, which on a
+//     machine of few cores is wall time too), and cpu-lock/floor;
+//   - floor-srv-µs, lock-srv-µs: the Redis server's time per lease (INFO
+//     commandstats: usec of SET for the floor, of EVALSHA and EVAL for
+//     dlock, divided by the leases), and srv-lock/floor.
+func BenchmarkAcquireMany(b *testing.B) {
+	const n = 10000
+	srv := testserver.Redis(b, nil)
+	ctx := context.Background()
+	admin := redis.NewClient(mustParseURL(b, srv.URL()))
+	defer admin.Close()
+	raw := redis.NewClient(mustParseURL(b, srv.URL()))
+	defer raw.Close()
+	c := dlock.New(openURLDriver(b, srv.URL()), nil)
+	defer c.Close()
+
+	serverUsec := func(cmds ...string) float64 {
+		s, err := admin.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var sum float64
+		for _, line := range strings.Split(s, "\n") {
+			for _, cmd := range cmds {
+				rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
+				if !ok {
+					continue
+				}
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						x, _ := strconv.ParseFloat(v, 64)
+						sum += x
+					}
+				}
+			}
+		}
+		return sum
+	}
+	type stat struct{ wall, cpu, srv []float64 }
+	// phase takes n leases with take and records the cost per lease.
+	phase := func(st *stat, take func(ctx context.Context, name string) error, round int, prefix string, cmds ...string) {
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		cpu0 := cpuNow(b)
+		t0 := time.Now()
+		for i := range n {
+			lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err := take(lctx, prefix+strconv.Itoa(round)+"-"+strconv.Itoa(i))
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		wall := time.Since(t0)
+		cpu := cpuNow(b) - cpu0
+		srvUsec := serverUsec(cmds...)
+		st.wall = append(st.wall, float64(wall.Nanoseconds())/1e3/n)
+		st.cpu = append(st.cpu, float64(cpu.Nanoseconds())/1e3/n)
+		st.srv = append(st.srv, srvUsec/n)
+	}
+	var floor, lock stat
+	var leases []*dlock.Lease
+	floorTake := func(ctx context.Context, name string) error {
+		ok, err := raw.SetNX(ctx, name, "owner", 30*time.Second).Result()
+		if err == nil && !ok {
+			err = fmt.Errorf("floor: %s is taken", name)
+		}
+		return err
+	}
+	lockTake := func(ctx context.Context, name string) error {
+		l, err := c.NewMutex(name, nil).Lock(ctx)
+		if err == nil {
+			leases = append(leases, l)
+		}
+		return err
+	}
+	rounds := max(b.N, 3)
+	b.ResetTimer()
+	for r := range rounds {
+		if r%2 == 0 {
+			phase(&floor, floorTake, r, "floor-", "set")
+			phase(&lock, lockTake, r, "lock-", "evalsha", "eval")
+		} else {
+			phase(&lock, lockTake, r, "lock-", "evalsha", "eval")
+			phase(&floor, floorTake, r, "floor-", "set")
+		}
+		b.StopTimer()
+		for _, l := range leases {
+			_ = l.Unlock(ctx)
+		}
+		leases = leases[:0]
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	med := func(xs []float64) float64 {
+		ds := make([]time.Duration, len(xs))
+		for i, x := range xs {
+			ds[i] = time.Duration(x * 1e3)
+		}
+		return float64(locktest.Median(ds).Nanoseconds()) / 1e3
+	}
+	for _, m := range []struct {
+		name        string
+		floor, lock []float64
+		ratio       string
+	}{
+		{"", floor.wall, lock.wall, "lock/floor"},
+		{"cpu-", floor.cpu, lock.cpu, "cpu-lock/floor"},
+		{"srv-", floor.srv, lock.srv, "srv-lock/floor"},
+	} {
+		f, l := med(m.floor), med(m.lock)
+		b.ReportMetric(f, "floor-"+m.name+"µs")
+		b.ReportMetric(l, "lock-"+m.name+"µs")
+		if f > 0 {
+			b.ReportMetric(l/f, m.ratio)
+		}
+	}
+}
+
+func mustParseURL(tb testing.TB, rawURL string) *redis.Options {
+	tb.Helper()
+	opt, err := redis.ParseURL(rawURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return opt
+}
+
+// cpuNow is the CPU time this process has used, every thread counted.
+func cpuNow(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

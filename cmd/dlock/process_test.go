@@ -294,6 +294,35 @@ func procState(pid int) byte {
 	return 0
 }
 
+// stopped reports whether pid runs nothing until it is continued: it is
+// stopped (state T), or a SIGSTOP is pending on it, which stops it as soon
+// as it leaves the uninterruptible wait it is in. A shell that vforks (dash
+// does, for "sleep" in a loop) waits so for a child that the job's SIGSTOP
+// caught before its exec, in state D until the child is continued; SIGCONT
+// discards the pending SIGSTOP. False if pid is gone.
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	stop := uint64(1) << (uint(syscall.SIGSTOP) - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "T") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if m, err := strconv.ParseUint(v, 16, 64); err == nil && m&stop != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // startStoppable starts dlock running a child that writes its pid to a file
 // and loops until a release file appears; SIGTERM makes it log TERM and exit.
 func startStoppable(t *testing.T, dbURL string, flags ...string) (cmd *exec.Cmd, out *syncBuffer, childPid int, release, got string) {
@@ -325,12 +354,12 @@ func TestProcessJobControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "child and dlock to stop", time.Minute, func() bool {
-		return procState(child) == 'T' && procState(cmd.Process.Pid) == 'T'
+		return stopped(child) && stopped(cmd.Process.Pid)
 	})
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "child to resume", time.Minute, func() bool { s := procState(child); return s != 'T' && s != 0 })
+	waitFor(t, "child to resume", time.Minute, func() bool { return !stopped(child) && procState(child) != 0 })
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -352,16 +381,27 @@ func TestProcessStoppedPastTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "child and dlock to stop", time.Minute, func() bool {
-		return procState(child) == 'T' && procState(cmd.Process.Pid) == 'T'
+		return stopped(child) && stopped(cmd.Process.Pid)
 	})
 	// The lease expires on the server while dlock is stopped: take the lock.
 	c := openClient(t, dbURL)
-	var next uint64
+	var (
+		next    uint64
+		lastErr error
+	)
+	defer func() {
+		// "database is locked" (SQLITE_BUSY) here is dlock stopped inside
+		// a write on the file, which blocks every other client until fg.
+		if t.Failed() && lastErr != nil {
+			t.Logf("last TryLock error: %v", lastErr)
+		}
+	}()
 	waitFor(t, "the stopped holder's lease to expire", time.Minute, func() bool {
 		l, err := c.NewMutex("jobctl", nil).TryLock(context.Background())
 		if err == nil {
 			next = l.Token()
 		}
+		lastErr = err
 		return err == nil
 	})
 	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -522,7 +562,7 @@ func TestProcessDlockKilledWhileStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the job and dlock to stop", time.Minute, func() bool {
-		return procState(pids[0]) == 'T' && procState(pids[1]) == 'T' && procState(cmd.Process.Pid) == 'T'
+		return stopped(pids[0]) && stopped(pids[1]) && stopped(cmd.Process.Pid)
 	})
 	killDlock(t, cmd)
 	waitAllDead(t, "stopped job", pids)

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -13,9 +14,8 @@ import (
 
 // errQueuer is a memlock driver made a Queuer that, like a network
 // client's request, looks at its context's Err and Deadline but never asks
-// for Done unless it has to wait (Redis's driver waits only when refused).
-// When wait is set its Acquire waits on Done for the lock to be released,
-// polling TryAcquire.
+// for Done unless it has to wait (Redis's driver waits only when refused):
+// a refused Acquire waits on Done, polling TryAcquire every millisecond.
 type errQueuer struct {
 	*memlock.Driver
 }
@@ -130,7 +130,7 @@ func (d errSpy) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.
 	go (*d.c).Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polls, as a driver without Done would
+		runtime.Gosched() // polls Err, as a driver without Done would
 	}
 	*d.err, *d.cause = ctx.Err(), context.Cause(ctx)
 	return driver.Grant{}, ctx.Err()

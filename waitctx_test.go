@@ -87,7 +87,9 @@ func TestQueuerWaitEndsOnCloseAndCancel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := dlock.New(errQueuer{backend.NewDriver()}, nil)
+		// Close waits up to ReleaseTimeout for an acquire in flight: only
+		// the wait ending on Close returns it within the test's bound.
+		c := dlock.New(errQueuer{backend.NewDriver()}, &dlock.Options{ReleaseTimeout: time.Minute})
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() {
@@ -98,7 +100,7 @@ func TestQueuerWaitEndsOnCloseAndCancel(t *testing.T) {
 		want := context.Canceled
 		if closeIt {
 			want = dlock.ErrClosed
-			_ = c.Close()
+			go c.Close() // returns once the waiting Lock has
 		} else {
 			cancel()
 		}

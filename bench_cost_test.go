@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -264,4 +265,73 @@ func BenchmarkLockUnlockCtx(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkQueuerLockUnlock measures what a Client adds to a driver's
+// uncontended Acquire+Release on a Queuer (errQueuer: memlock made a
+// Queuer whose calls read their context's Err and Deadline, as a network
+// client's requests do, and ask for Done only when they wait), each op
+// under a context.WithTimeout of its own as a caller's request would be:
+// rounds of the bare driver's calls and of a Client's Lock+Unlock
+// alternate, and it reports the medians of the process's CPU time per op
+// (background work included) of each, their difference (core-cpu-ns) and
+// ratio (client/driver), and allocs/op of the whole run.
+//
+//	go test -run '^$' -bench QueuerLockUnlock -benchtime 200000x .
+func BenchmarkQueuerLockUnlock(b *testing.B) {
+	if _, ok := cpuTime(); !ok {
+		b.Skip("no process CPU time on this platform")
+	}
+	d := errQueuer{memlock.NewBackend().NewDriver()}
+	c := dlock.New(d, nil)
+	defer c.Close()
+	m := c.NewMutex("queuer-client", nil)
+	req := driver.AcquireRequest{Name: "queuer-driver", Owner: "0123456789abcdefghijkl", TTL: 30 * time.Second}
+	ops := []func(){
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			g, err := d.Acquire(ctx, req)
+			if err != nil {
+				b.Fatalf("Acquire: %v", err)
+			}
+			if _, err := d.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle, TTL: req.TTL}); err != nil {
+				b.Fatalf("Release: %v", err)
+			}
+		},
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			l, err := m.Lock(ctx)
+			if err != nil {
+				b.Fatalf("Lock: %v", err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Fatalf("Unlock: %v", err)
+			}
+		},
+	}
+	const round = 2000
+	per := [2][]float64{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < max(b.N/round/2, 5); i++ {
+		for j, op := range ops {
+			t0, _ := cpuTime()
+			for range round {
+				op()
+			}
+			t1, _ := cpuTime()
+			per[j] = append(per[j], float64(t1-t0)/round)
+		}
+	}
+	med := func(xs []float64) float64 {
+		slices.Sort(xs)
+		return xs[len(xs)/2]
+	}
+	dn, cn := med(per[0]), med(per[1])
+	b.ReportMetric(dn, "driver-cpu-ns")
+	b.ReportMetric(cn, "client-cpu-ns")
+	b.ReportMetric(cn-dn, "core-cpu-ns")
+	b.ReportMetric(cn/dn, "client/driver")
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -339,17 +341,20 @@ func waitEnded(op, name string, ctx context.Context, last error) error {
 // ErrClosed). A caller's context that is never cancelled (Done returns nil:
 // context.Background, or values over it) is wrapped in a closingCtx, which
 // costs one small allocation, before the first attempt. One that can be
-// cancelled needs a context of its own and an AfterFunc, which cost five
-// allocations, and gets them only when the acquire first has to wait: an
+// cancelled is wrapped in a waitCtx (one allocation), which makes the
+// context of its own and the AfterFunc the merge needs (five allocations
+// more, and a lock of closeCtx each way) only when something asks for its
+// Done: a driver that waits, or the acquire's own wait between attempts.
+// A TryAcquire loop arms it only when the acquire first has to wait: an
 // uncontended Lock then costs what a TryLock does, and its one attempt is
 // bounded by the caller's context (a Close meanwhile is seen when the
 // attempt returns: the grant is released and Lock returns ErrClosed).
-// Queued waits (driver.Queuer) are armed before their attempt, which waits.
+// Queued waits (driver.Queuer) are armed before their attempt, which may
+// wait.
 type closeWatch struct {
-	ctx    context.Context // the caller's until armed
-	armed  bool
-	cancel context.CancelCauseFunc
-	stop   func() bool
+	ctx   context.Context // the caller's until armed
+	armed bool
+	wait  *waitCtx // when the caller's context can be cancelled
 }
 
 // arm makes w.ctx the close-watching context if it is not yet; it returns
@@ -360,15 +365,99 @@ func (w *closeWatch) arm(c *Client) context.Context {
 		if w.ctx.Done() == nil {
 			w.ctx = &closingCtx{Context: w.ctx, c: c}
 		} else {
-			ctx, cancel := context.WithCancelCause(w.ctx)
-			w.ctx, w.cancel = ctx, cancel
-			w.stop = context.AfterFunc(c.closeCtx, func() { cancel(ErrClosed) })
+			w.wait = &waitCtx{Context: w.ctx, c: c}
+			w.ctx = w.wait
 		}
 	}
 	if c.isClosed() {
 		return nil
 	}
 	return w.ctx
+}
+
+// waitCtx is a cancellable caller's context made to end also when its Client
+// closes (Err then reports context.Canceled, and context.Cause ErrClosed),
+// or when the acquire is over (release). The context that merges both
+// (inner: context.WithCancelCause of the caller's, cancelled by an
+// AfterFunc on Client.closeCtx) is made by the first Done, the first Value,
+// Err or Cause once the Client has closed, or the first of any of those
+// after release; until then Err and Value answer as inner would, from the
+// caller's context: nothing has cancelled inner but the caller's.
+//
+// Once inner exists, Value answers from it, so that the context package
+// finds inner's cancelCtx behind a context derived from x (it asks Done
+// first, which makes inner) and registers the derived context there rather
+// than starting a goroutine to watch Done (TestDriverCtxNoGoroutine).
+type waitCtx struct {
+	context.Context // the caller's
+	c               *Client
+
+	mu       sync.Mutex
+	inner    context.Context // made by innerCtx
+	cancel   context.CancelCauseFunc
+	stop     func() bool // the AfterFunc on closeCtx; nil if made after release
+	ready    atomic.Bool // inner is set (read without mu)
+	released atomic.Bool // the acquire is over: inner is (made) cancelled
+}
+
+// innerCtx returns inner, making it if need be: cancelled already if x has
+// been released.
+func (x *waitCtx) innerCtx() context.Context {
+	if x.ready.Load() {
+		return x.inner
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.inner == nil {
+		ctx, cancel := context.WithCancelCause(x.Context)
+		x.inner, x.cancel = ctx, cancel
+		switch {
+		case x.released.Load():
+			cancel(nil)
+		case x.c.closeCtx.Err() != nil:
+			cancel(ErrClosed) // at once, not from an AfterFunc's goroutine
+		default:
+			x.stop = context.AfterFunc(x.c.closeCtx, func() { cancel(ErrClosed) })
+		}
+		x.ready.Store(true)
+	}
+	return x.inner
+}
+
+// settled reports whether something other than the caller's context may
+// have ended x (its Client closed, or x was released): inner must answer.
+func (x *waitCtx) settled() bool {
+	return x.ready.Load() || x.released.Load() || x.c.isClosed()
+}
+
+func (x *waitCtx) Done() <-chan struct{} { return x.innerCtx().Done() }
+
+func (x *waitCtx) Err() error {
+	if x.settled() {
+		return x.innerCtx().Err()
+	}
+	return x.Context.Err()
+}
+
+func (x *waitCtx) Value(key any) any {
+	if x.settled() {
+		return x.innerCtx().Value(key)
+	}
+	return x.Context.Value(key)
+}
+
+// release ends x (context.Canceled) and lets go of the AfterFunc on
+// closeCtx, if inner was made.
+func (x *waitCtx) release() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.released.Store(true)
+	if x.inner != nil {
+		if x.stop != nil {
+			x.stop()
+		}
+		x.cancel(nil)
+	}
 }
 
 // closingCtx is a context that is never cancelled (its embedded one, whose
@@ -401,9 +490,8 @@ func (x *closingCtx) AfterFunc(f func()) func() bool { return context.AfterFunc(
 
 // release lets go of what arm made.
 func (w *closeWatch) release() {
-	if w.cancel != nil {
-		w.stop()
-		w.cancel(nil)
+	if w.wait != nil {
+		w.wait.release()
 	}
 }
 

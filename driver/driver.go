@@ -344,3 +344,23 @@ type Limits struct {
 type Limiter interface {
 	Limits() Limits
 }
+
+// Quiescer is implemented by drivers whose client keeps something on the
+// backend that blocks other clients for as long as one of its statements
+// runs, such as the write lock of a SQLite file, held by a writing process
+// even while that process is stopped (SIGSTOP, Ctrl-Z). A program about to
+// stop itself quiesces the driver first, so that it stops holding nothing
+// that other clients wait on.
+type Quiescer interface {
+	// Quiesce blocks every new backend statement of the driver (they wait,
+	// or end with their own context) and waits for the running ones to
+	// finish. On success it returns resume, which lets the blocked
+	// statements go; calling resume more than once does nothing. If ctx
+	// ends first, Quiesce lets the blocked statements go and returns an
+	// error wrapping ctx.Err() (resume is nil). Quiesce is safe for
+	// concurrent use: a second Quiesce waits for the first one's resume.
+	// A statement does not hold the driver open across a Quiesce, so
+	// waits and renewals never deadlock with it; they are only delayed
+	// until resume.
+	Quiesce(ctx context.Context) (resume func(), err error)
+}

@@ -38,11 +38,20 @@ func isBusy(err error) bool {
 // up to the busy timeout. A connection opened by Open waits inside SQLite
 // already (busy_timeout pragma), so this matters for a *sql.DB the user gave
 // to New without one.
+//
+// Each run of fn is one pass through the driver's gate (see Quiesce): it
+// waits while the driver is quiesced, and a Quiesce waits for it to end.
+// fn must not call retryBusy itself, and must not leave a transaction or
+// a result set open when it returns.
 func (d *Driver) retryBusy(ctx context.Context, fn func() error) error {
 	deadline := time.Now().Add(d.busy)
 	wait := time.Millisecond
 	for {
+		if err := d.gate.enter(ctx); err != nil {
+			return err
+		}
 		err := fn()
+		d.gate.leave()
 		if err == nil || !isBusy(err) || ctx.Err() != nil {
 			return err
 		}

@@ -70,8 +70,8 @@ func (o *Options) resolve() (table string, busy time.Duration, err error) {
 
 // Driver is a dlock driver over one SQLite database. It implements
 // driver.Driver, driver.Inspector, driver.Limiter, driver.Notifier,
-// driver.Kinder (every kind), driver.Withdrawer, driver.MultiAcquirer and
-// driver.FenceRaiser. It is safe for concurrent use.
+// driver.Kinder (every kind), driver.Withdrawer, driver.MultiAcquirer,
+// driver.FenceRaiser and driver.Quiescer. It is safe for concurrent use.
 type Driver struct {
 	db    *sql.DB
 	ownDB bool // opened by Open: closed by Close
@@ -82,6 +82,8 @@ type Driver struct {
 	acquire, info, releaseLast, release, inspect *sql.Stmt
 
 	sig *signal // wake-up signals; nil when the database has no file
+
+	gate gate // holds statements back while quiesced (see Quiesce)
 
 	renewMu    sync.Mutex
 	renewStmts map[int]*sql.Stmt // by batch size, see renewSizes

@@ -221,6 +221,7 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 	// Until CMD starts, a signal abandons opening the backend and waiting.
 	waitCtx, cancelWait := context.WithCancelCause(context.Background())
 	defer cancelWait(nil)
+	var sc stopClient // the Client, once open, for Ctrl-Z
 	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -229,7 +230,7 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 			case s := <-sigs:
 				switch s {
 				case syscall.SIGTSTP:
-					stopSelf()
+					sc.stop(e)
 				case syscall.SIGCONT:
 				default:
 					cancelWait(signalError{s})
@@ -240,7 +241,7 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 			}
 		}
 	}()
-	lease, op, err := f.acquire(waitCtx, e, name)
+	lease, op, err := f.acquire(waitCtx, e, name, &sc)
 	close(stopWatch)
 	<-watchDone
 	if op != nil {
@@ -256,11 +257,12 @@ func (f *runFlags) run(e *env, name string, argv []string) error {
 	if err != nil {
 		return err
 	}
-	return f.runChild(e, lease, sigs, argv)
+	return f.runChild(e, &sc, lease, sigs, argv)
 }
 
 // acquire opens the backend and takes the lock as the flags say.
-func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lease, *opened, error) {
+// sc is given the Client as soon as it is open.
+func (f *runFlags) acquire(ctx context.Context, e *env, name string, sc *stopClient) (*dlock.Lease, *opened, error) {
 	raw, err := f.url.backendURL(e, "run")
 	if err != nil {
 		return nil, nil, err
@@ -273,6 +275,7 @@ func (f *runFlags) acquire(ctx context.Context, e *env, name string) (*dlock.Lea
 		return nil, nil, err
 	}
 	client := op.client
+	sc.set(client)
 	opts := &dlock.MutexOptions{TTL: f.ttl, LockDelay: f.lockDelay, Owner: f.owner}
 	lock, try := f.lockFuncs(client, name, opts)
 	var (
@@ -471,7 +474,7 @@ func (f *runFlags) heldMessage(name string) string {
 
 // runChild runs CMD under the lease, through a guard process (guard.go),
 // and decides the exit code.
-func (f *runFlags) runChild(e *env, lease *dlock.Lease, sigs <-chan os.Signal, argv []string) error {
+func (f *runFlags) runChild(e *env, sc *stopClient, lease *dlock.Lease, sigs <-chan os.Signal, argv []string) error {
 	// exec.Command resolves CMD in $PATH as it always did; the guard only
 	// executes the result.
 	c := exec.Command(argv[0], argv[1:]...)
@@ -513,7 +516,7 @@ loop:
 				// Ctrl-Z: stop CMD first, so that it never runs while
 				// dlock, stopped, cannot renew the lease; then stop.
 				_ = syscall.Kill(-pgid, syscall.SIGSTOP)
-				stopSelf()
+				sc.stop(e)
 			case syscall.SIGCONT:
 				// Resume CMD only if the lease outlived the stop; if not,
 				// the loss is handled below as soon as Done closes.

@@ -123,6 +123,8 @@ func (f *serveFlags) run(e *env) error {
 		return usageErr(fmt.Errorf("serve: --listen %s: %v", f.listen, err))
 	}
 	s := newLockServer(client, shownURL(raw), f.prefix, f.interval, metrics)
+	var sc stopClient // for Ctrl-Z
+	sc.set(client)
 	defer s.stop()
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
@@ -137,7 +139,7 @@ func (f *serveFlags) run(e *env) error {
 			// Job control: stop as the terminal asked; serving goes on after fg.
 			for sig == syscall.SIGTSTP || sig == syscall.SIGCONT {
 				if sig == syscall.SIGTSTP {
-					stopSelf()
+					sc.stop(e)
 				}
 				sig = <-sigs
 			}

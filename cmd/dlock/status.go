@@ -147,6 +147,8 @@ var errCannotList = errors.New("status: this backend cannot list its locks")
 func watchStatus(e *env, c *dlock.Client, out io.Writer, prefix string, asJSON bool, interval time.Duration) error {
 	sigs, stopSigs := e.notify()
 	defer stopSigs()
+	var sc stopClient // for Ctrl-Z
+	sc.set(c)
 	tty := isTerminal(out)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -184,7 +186,7 @@ func watchStatus(e *env, c *dlock.Client, out io.Writer, prefix string, asJSON b
 		case s := <-sigs:
 			for s == syscall.SIGTSTP || s == syscall.SIGCONT {
 				if s == syscall.SIGTSTP {
-					stopSelf()
+					sc.stop(e)
 				}
 				s = <-sigs
 			}

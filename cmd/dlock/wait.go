@@ -100,13 +100,14 @@ func waitFree(e *env, src *urlFlags, name, typ string, limit time.Duration, conf
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
+	var sc stopClient // the Client, once open, for Ctrl-Z
 	go func() {
 		for {
 			select {
 			case s := <-sigs:
 				switch s {
 				case syscall.SIGTSTP:
-					stopSelf()
+					sc.stop(e)
 				case syscall.SIGCONT:
 				default:
 					cancel(signalError{s})
@@ -125,6 +126,7 @@ func waitFree(e *env, src *urlFlags, name, typ string, limit time.Duration, conf
 		return err
 	}
 	defer op.client.Close()
+	sc.set(op.client)
 
 	var deadline <-chan time.Time
 	if limit >= 0 {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/redisinfo"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
@@ -49,20 +49,10 @@ func BenchmarkAcquireMany(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		stats := redisinfo.Commands(s)
 		var sum float64
-		for _, line := range strings.Split(s, "\n") {
-			for _, cmd := range cmds {
-				rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":")
-				if !ok {
-					continue
-				}
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						sum += x
-					}
-				}
-			}
+		for _, cmd := range cmds {
+			sum += float64(stats[cmd].Usec)
 		}
 		return sum
 	}

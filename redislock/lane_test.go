@@ -3,8 +3,6 @@ package redislock
 import (
 	"context"
 	"maps"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +10,7 @@ import (
 
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisinfo"
 	"github.com/dlock/dlock/internal/redislane"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/internal/testwait"
@@ -118,17 +117,8 @@ func TestLockUnlockCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := map[string]int{}
-	for _, line := range strings.Split(s, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, stats, _ := strings.Cut(rest, ":")
-		for _, f := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				calls[name], _ = strconv.Atoi(v)
-			}
-		}
+	for name, st := range redisinfo.Commands(s) {
+		calls[name] = int(st.Calls)
 	}
 	delete(calls, "info") // this test's own
 	delete(calls, "config|resetstat")

@@ -3,13 +3,13 @@ package redlock
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisinfo"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testwait"
 )
@@ -130,19 +130,6 @@ func scriptCalls(ctx context.Context, t *testing.T, a *redis.Client) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := 0
-	for _, line := range strings.Split(info, "\n") {
-		stat, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		cmd, fields, _ := strings.Cut(stat, ":")
-		if cmd != "eval" && cmd != "evalsha" {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(fields, "calls="), ",")
-		n, _ := strconv.Atoi(calls)
-		total += n
-	}
-	return total
+	stats := redisinfo.Commands(info)
+	return int(stats["eval"].Calls + stats["evalsha"].Calls)
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisinfo"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -30,17 +30,7 @@ func BenchmarkKindScriptCPU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, line := range strings.Split(s, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						return x
-					}
-				}
-			}
-		}
-		return 0
+		return redisinfo.Commands(s)["evalsha"].UsecPerCall
 	}
 	const calls = 1000
 	type variant struct {

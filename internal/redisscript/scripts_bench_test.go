@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock/dlock/internal/redisinfo"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -85,17 +86,7 @@ func BenchmarkScriptCPU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, line := range strings.Split(s, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						return x
-					}
-				}
-			}
-		}
-		return 0
+		return redisinfo.Commands(s)["evalsha"].UsecPerCall
 	}
 	const calls = 2000
 	keys := make([]Keys, calls)
@@ -161,18 +152,9 @@ func BenchmarkPairServerTime(b *testing.B) {
 			b.Fatal(err)
 		}
 		var sum float64
-		for _, line := range strings.Split(s, "\n") {
-			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-			if !ok || strings.HasPrefix(rest, "info:") || strings.HasPrefix(rest, "config|") {
-				continue
-			}
-			if strings.HasPrefix(rest, "eval") || strings.HasPrefix(rest, "fcall") || strings.HasPrefix(rest, "set:") {
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						sum += x
-					}
-				}
+		for cmd, st := range redisinfo.Commands(s) {
+			if strings.HasPrefix(cmd, "eval") || strings.HasPrefix(cmd, "fcall") || cmd == "set" {
+				sum += float64(st.Usec)
 			}
 		}
 		return sum
@@ -242,17 +224,7 @@ func BenchmarkFastPathServerTime(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, line := range strings.Split(s, "\n") {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":"); ok {
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						return x
-					}
-				}
-			}
-		}
-		return 0
+		return redisinfo.Commands(s)[cmd].UsecPerCall
 	}
 	cad := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 	const calls = 500

@@ -135,16 +135,22 @@ func BenchmarkUncontended3(b *testing.B) {
 	b.ReportMetric(float64(d)/float64(r), "dlock/rslike")
 }
 
+// hotLockers are 8 contenders for the lock name on srvs, each through a
+// client of its own, as the peer comparison's hot lock has them.
+func hotLockers(b *testing.B, srvs []*testserver.Server, name string) []locktest.LockFunc {
+	var lockers []locktest.LockFunc
+	for range 8 {
+		lockers = append(lockers, locktest.MutexLocker(perfClient(b, srvs).NewMutex(name, nil)))
+	}
+	return lockers
+}
+
 // BenchmarkHotLock3 is the peer comparison's hot lock on 3 nodes: 8
 // goroutines, each with a client of its own, take and free one lock.
 func BenchmarkHotLock3(b *testing.B) {
 	srvs := testserver.RedisN(b, 3, nil)
 	ctx := context.Background()
-	var lockers []locktest.LockFunc
-	for range 8 {
-		c := perfClient(b, srvs)
-		lockers = append(lockers, locktest.MutexLocker(c.NewMutex("perf-hot", nil)))
-	}
+	lockers := hotLockers(b, srvs, "perf-hot")
 	b.ResetTimer()
 	var all []time.Duration
 	var ops, retakes int

@@ -16,11 +16,7 @@ import (
 func BenchmarkHotLockStalls3(b *testing.B) {
 	srvs := testserver.RedisN(b, 3, nil)
 	ctx := context.Background()
-	var lockers []locktest.LockFunc
-	for range 8 {
-		c := perfClient(b, srvs)
-		lockers = append(lockers, locktest.MutexLocker(c.NewMutex("perf-stalls", nil)))
-	}
+	lockers := hotLockers(b, srvs, "perf-stalls")
 	b.ResetTimer()
 	var longest, stalled, el time.Duration
 	var stalls, ops int

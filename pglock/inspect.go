@@ -48,8 +48,8 @@ func (d *store) list(ctx context.Context, prefix string) ([]driver.LockInfo, err
 
 // held reports the names in out whose advisory keys pg_locks shows
 // granted: a mutex by its AdvisoryKey, a read/write lock by its RWKey
-// (with its readers counted).
-func (a advisory) held(ctx context.Context, _ string, out []driver.LockInfo) ([]bool, error) {
+// (with its readers counted). own is the driver's holds.
+func (a advisory) held(ctx context.Context, own *sqlcommon.Sessions[*pinned], out []driver.LockInfo) ([]bool, error) {
 	rows, err := a.pool.Query(ctx, a.q.inspectAdvisoryModes)
 	if err != nil {
 		return nil, err
@@ -75,6 +75,19 @@ func (a advisory) held(ctx context.Context, _ string, out []driver.LockInfo) ([]
 	held := make([]bool, len(out))
 	for i, li := range out {
 		held[i] = locks[AdvisoryKey(li.Name)][1] > 0
+		if li.Kind != driver.Exclusive {
+			continue
+		}
+		// A grant writes nothing to its row (the token comes from the
+		// table's sequences): the row's owner and fence are not the
+		// holder's. The driver knows its own holds; another's are
+		// reported held with no owner and token 0.
+		out[i].Owner, out[i].Token = "", 0
+		if held[i] {
+			if h := own.Get(li.Name); h != nil {
+				out[i].Owner, out[i].Token = h.Owner(), h.Token()
+			}
+		}
 	}
 	heldKinds(out, held, locks)
 	return held, nil

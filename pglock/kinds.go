@@ -213,6 +213,8 @@ func (d *Driver) Withdraw(ctx context.Context, req driver.AcquireRequest) error 
 // grant reads; otherwise the counter itself is raised. For a read/write
 // lock or a semaphore the counter in its _kinds row is raised (each holder
 // keeps its token in its own row). It works in every mode for the mutex.
+// In ModeAdvisory, whose tokens are drawn from one sequence per table, the
+// raise is the table's: every name's next token is above atLeast.
 func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atLeast uint64) error {
 	if err := d.base.Ready(ctx); err != nil {
 		return err
@@ -222,6 +224,8 @@ func (d *Driver) RaiseFence(ctx context.Context, name string, k driver.Kind, atL
 	}
 	var err error
 	switch {
+	case k == driver.Exclusive && d.mode == ModeAdvisory:
+		_, err = d.pool.Exec(ctx, d.q.raiseTokens, int64(atLeast), tokenRaiseKey(d.table))
 	case k == driver.Exclusive:
 		_, err = d.pool.Exec(ctx, d.q.raiseMutex, name, int64(atLeast))
 	case d.SupportsKind(k):

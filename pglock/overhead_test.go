@@ -45,7 +45,7 @@ func BenchmarkSameWorkFloor(b *testing.B) {
 					var fence int64
 					var old string
 					k := AdvisoryKey(bareName)
-					if err := conn.QueryRow(ctx, q.advisoryAcquire, k, bareName, "o", "30000").Scan(&fence, &old, nil); err != nil {
+					if err := conn.QueryRow(ctx, q.advisoryAcquire, k, "30000").Scan(&fence, nil, &old, nil); err != nil {
 						return err
 					}
 					var n *bool

@@ -129,7 +129,8 @@ type store struct {
 	table   string
 	channel string
 	q       queries
-	pgVer   int // server_version_num, read with the schema
+	pgVer   int        // server_version_num, read with the schema
+	rows    *knownRows // ModeAdvisory: names whose row is known to exist
 
 	// testHookLocked, set only by tests before first use, runs inside a
 	// session-mode TryAcquire with the lock just taken on the server: in
@@ -162,7 +163,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &store{pool: pool, table: cfg.Table, channel: strings.ToLower(cfg.Table) + "_release", q: newQueries(cfg.Table)}
+	st := &store{pool: pool, table: cfg.Table, channel: strings.ToLower(cfg.Table) + "_release", q: newQueries(cfg.Table), rows: &knownRows{}}
 	d := &Driver{store: st, ownPool: own, mode: Mode(cfg.Mode)}
 	var locker sqlcommon.Locker
 	switch d.mode {
@@ -171,7 +172,10 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 		locker, d.held = l, sqlcommon.Unexpired
 	case ModeAdvisory:
 		a := advisory{session{st}}
-		d.sess, d.held = sqlcommon.NewSessions[*pinned]("pglock", cfg.Mode, a), a.held
+		d.sess = sqlcommon.NewSessions[*pinned]("pglock", cfg.Mode, a)
+		d.held = func(ctx context.Context, _ string, out []driver.LockInfo) ([]bool, error) {
+			return a.held(ctx, d.sess, out)
+		}
 		locker = d.sess
 	case ModeRowLock:
 		r := rowLock{session{st}}
@@ -228,7 +232,43 @@ func (d *Driver) createSchema(ctx context.Context) error {
 			}
 		}
 	}
+	if d.mode == ModeAdvisory {
+		if err := d.createTokens(ctx); err != nil {
+			return err
+		}
+	}
 	d.pgVer = ver
+	return nil
+}
+
+// tokenRaiseKey is the transaction-scoped advisory lock that serialises the
+// raises of table's token floor (RaiseFence, and the migration in
+// createTokens).
+func tokenRaiseKey(table string) int64 { return AdvisoryKey("\x00raise\x00" + table) }
+
+// createTokens creates ModeAdvisory's two sequences: <table>_tokens, whose
+// next value plus <table>_token_floor's current one is each grant's token.
+// A table that existed before them had its tokens counted per row (its
+// fence column): its floor is raised above all of those before the token
+// sequence is created, so a driver that finds the token sequence finds
+// the floor raised.
+func (d *Driver) createTokens(ctx context.Context) error {
+	var has bool
+	if err := d.pool.QueryRow(ctx, d.q.hasTokens).Scan(&has); err != nil {
+		return fmt.Errorf("pglock: reading token sequence of %s: %w", d.table, err)
+	}
+	if has {
+		return nil
+	}
+	if _, err := d.pool.Exec(ctx, d.q.createTokenFloor); err != nil && !isUniqueViolation(err) {
+		return fmt.Errorf("pglock: creating token floor sequence of %s: %w", d.table, err)
+	}
+	if _, err := d.pool.Exec(ctx, d.q.migrateTokens, tokenRaiseKey(d.table)); err != nil {
+		return fmt.Errorf("pglock: raising token floor of %s above its rows' fences: %w", d.table, err)
+	}
+	if _, err := d.pool.Exec(ctx, d.q.createTokens); err != nil && !isUniqueViolation(err) {
+		return fmt.Errorf("pglock: creating token sequence of %s: %w", d.table, err)
+	}
 	return nil
 }
 

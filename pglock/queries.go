@@ -15,6 +15,10 @@ type queries struct {
 	leaseTake, leaseAcquire, leaseRelease, leaseRenew string
 
 	advisoryAcquire, advisoryAcquire13, advisoryRelease, advisoryReleaseReset, advisoryPing string
+	// advisoryAcquireNew and advisoryAcquireNew13 are advisoryAcquire and
+	// advisoryAcquire13 that also create the name's row if it is missing.
+	advisoryAcquireNew, advisoryAcquireNew13                              string
+	createTokens, createTokenFloor, hasTokens, migrateTokens, raiseTokens string
 
 	rowEnsure, rowLock, fenceBump, rowPing, rowNotify string
 
@@ -119,18 +123,45 @@ WHERE l.name = x.name AND l.owner = x.owner AND l.fence = x.fence AND l.count > 
 RETURNING l.name, l.owner, l.fence`)
 
 	// One statement: the advisory lock is tried first (an InitPlan, run
-	// once, before anything is written); only if it was granted does the
-	// SELECT yield the row that the upsert then writes: the name's fence
-	// counter bumped (its row created with fence 1 on first use), and that
-	// commits (autocommit) before the grant is reported. No row back means
-	// the lock is held elsewhere. The session's idle timeout is read and
-	// armed in the same statement, only when granted.
-	acquire := `INSERT INTO $T AS l (name, owner, fence) SELECT $2, $3, 1 WHERE (SELECT pg_try_advisory_lock($1))
-ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
-RETURNING l.fence, `
-	q.advisoryAcquire = r.Replace(acquire + `current_setting('idle_session_timeout'), set_config('idle_session_timeout', $4, false)`)
+	// once, before anything else); only if it was granted does the SELECT
+	// yield its row, whose token is the next value of the table's token
+	// sequence plus the current value of its floor sequence (see
+	// tokenSeq), and whose txid_current() gives the transaction an ID, so
+	// that its commit flushes the WAL up to it, covering the sequence
+	// state the token was drawn from, before the grant is reported. Nothing
+	// in a table is written: a sequence draw costs a fraction of a row
+	// update (see docs/performance.md). No row back means the lock is
+	// held elsewhere. The session's idle timeout is read and armed in the
+	// same statement, only when granted.
+	acquire := `SELECT nextval('$T_tokens') + (SELECT last_value FROM $T_token_floor), txid_current(), `
+	grantedOnly := ` WHERE (SELECT pg_try_advisory_lock($1))`
+	q.advisoryAcquire = r.Replace(acquire + `current_setting('idle_session_timeout'), set_config('idle_session_timeout', $2, false)` + grantedOnly)
 	// Before PostgreSQL 14 there is no idle_session_timeout.
-	q.advisoryAcquire13 = r.Replace(acquire + `'', ''`)
+	q.advisoryAcquire13 = r.Replace(acquire + `'', ''` + grantedOnly)
+	// The first acquire of a name by a driver also makes sure its row
+	// exists (a no-op when it does), so that Inspect lists it: the CTE runs
+	// whether or not the lock is granted. The name is the last parameter.
+	newRow := func(n string) string {
+		return r.Replace(`WITH n AS (INSERT INTO $T (name) VALUES ($` + n + `) ON CONFLICT (name) DO NOTHING) `)
+	}
+	q.advisoryAcquireNew = newRow("3") + q.advisoryAcquire
+	q.advisoryAcquireNew13 = newRow("2") + q.advisoryAcquire13
+	q.createTokens = r.Replace(`CREATE SEQUENCE IF NOT EXISTS $T_tokens MINVALUE 1`)
+	q.createTokenFloor = r.Replace(`CREATE SEQUENCE IF NOT EXISTS $T_token_floor MINVALUE 0 START 0`)
+	q.hasTokens = r.Replace(`SELECT to_regclass('$T_tokens') IS NOT NULL`)
+	// A raise of the floor: under a transaction-scoped advisory lock that
+	// serialises raisers (grants never write the floor), the floor becomes
+	// large enough that the next draw, which is above the token sequence's
+	// last value (or is that value, before its first draw), gives a token
+	// above $1. Sequences are read as they
+	// are now, not through the statement's snapshot, and setval is never
+	// rolled back.
+	q.raiseTokens = r.Replace(`SELECT setval('$T_token_floor', GREATEST((SELECT last_value FROM $T_token_floor), $1 - (SELECT last_value - (NOT is_called)::int FROM $T_tokens)))
+FROM (SELECT pg_advisory_xact_lock($2)) AS serialised`)
+	// A table whose names were fenced per row (before the token
+	// sequence) has its floor raised above every token it handed out.
+	q.migrateTokens = r.Replace(`SELECT setval('$T_token_floor', GREATEST((SELECT last_value FROM $T_token_floor), (SELECT COALESCE(max(GREATEST(fence, fence_floor)), 0) FROM $T)))
+FROM (SELECT pg_advisory_xact_lock($1)) AS serialised`)
 	// One column: false when the session held no such lock, else true if
 	// it notified and NULL if nobody waits. The CASE gives the lock up
 	// before it looks for waiters, so a waiter that marks itself after

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -134,8 +135,9 @@ var _ sqlcommon.SessionSQL[*pinned] = advisory{}
 func (advisory) Abort(c *pinned) { abort(c, "SELECT pg_advisory_unlock_all()") }
 
 // Lock implements sqlcommon.SessionSQL: it tries the advisory lock and, if
-// granted, bumps the fence (creating the name's row on first use) and arms
-// the session's idle timeout, in the same autocommitted statement.
+// granted, draws the token from the table's token sequence and arms the
+// session's idle timeout, in the same autocommitted statement. The first
+// acquire of a name by this driver also creates the name's row if missing.
 func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest) (bool, uint64, error) {
 	if req.Kind != driver.Exclusive {
 		return a.lockKind(ctx, c, req)
@@ -144,13 +146,23 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 		fence int64
 		old   string
 	)
+	known := a.rows.has(req.Name)
 	var row pgx.Row
-	if a.pgVer >= 140000 {
-		row = c.QueryRow(ctx, a.q.advisoryAcquire, c.key, req.Name, req.Owner, c.timeoutMS)
-	} else {
-		row = c.QueryRow(ctx, a.q.advisoryAcquire13, c.key, req.Name, req.Owner)
+	switch {
+	case a.pgVer >= 140000 && known:
+		row = c.QueryRow(ctx, a.q.advisoryAcquire, c.key, c.timeoutMS)
+	case a.pgVer >= 140000:
+		row = c.QueryRow(ctx, a.q.advisoryAcquireNew, c.key, c.timeoutMS, req.Name)
+	case known:
+		row = c.QueryRow(ctx, a.q.advisoryAcquire13, c.key)
+	default:
+		row = c.QueryRow(ctx, a.q.advisoryAcquireNew13, c.key, req.Name)
 	}
-	if err := row.Scan(&fence, &old, nil); err != nil {
+	err := row.Scan(&fence, nil, &old, nil)
+	if err == nil || isNoRows(err) {
+		a.rows.add(req.Name)
+	}
+	if err != nil {
 		if isNoRows(err) {
 			return false, 0, nil // held by another session
 		}
@@ -161,6 +173,34 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 		a.testHookLocked(ctx, c)
 	}
 	return true, uint64(fence), nil
+}
+
+// maxKnownRows bounds knownRows: past it the set starts again empty, and
+// a name's next acquire makes sure of its row again (a no-op insert).
+const maxKnownRows = 4096
+
+// knownRows is the set of names whose row in the lock table a driver in
+// ModeAdvisory has made sure of: the acquires of those names skip the
+// insert. It is safe for concurrent use.
+type knownRows struct {
+	mu    sync.Mutex
+	names map[string]struct{}
+}
+
+func (k *knownRows) has(name string) bool {
+	k.mu.Lock()
+	_, ok := k.names[name]
+	k.mu.Unlock()
+	return ok
+}
+
+func (k *knownRows) add(name string) {
+	k.mu.Lock()
+	if k.names == nil || len(k.names) >= maxKnownRows {
+		k.names = make(map[string]struct{})
+	}
+	k.names[name] = struct{}{}
+	k.mu.Unlock()
 }
 
 // Unlock implements sqlcommon.SessionSQL: pg_advisory_unlock, a NOTIFY to

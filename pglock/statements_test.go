@@ -44,7 +44,14 @@ func TestAdvisoryStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	other, err := newTestHarness(t, ModeAdvisory).NewDriver(ctx)
+	// Another driver on the same table, on a pool of its own: tokens are
+	// comparable among the drivers of one table.
+	otherPool, err := pgxpool.New(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherPool.Close()
+	other, err := New(otherPool, &Options{Mode: ModeAdvisory, Table: "dlock_test_statements"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -160,6 +160,12 @@ func (h *Hold[C]) Name() string { return h.name }
 // Kind returns the kind of lock h holds.
 func (h *Hold[C]) Kind() driver.Kind { return h.kind }
 
+// Owner returns the owner h was granted to.
+func (h *Hold[C]) Owner() string { return h.owner }
+
+// Token returns the fencing token of h's grant.
+func (h *Hold[C]) Token() uint64 { return h.token }
+
 // key returns the key h is listed under in Sessions.holds (see HoldKey).
 func (h *Hold[C]) key() string {
 	return HoldKey(driver.AcquireRequest{Name: h.name, Kind: h.kind, Owner: h.owner})

@@ -1,0 +1,104 @@
+package pglock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// TestAdvisoryGrantWritesNoRow: in ModeAdvisory a grant draws its token
+// from the table's sequences and writes nothing to the lock table: the
+// name's row keeps its version (xmin) across grants to several owners,
+// while the tokens still grow. The old code bumped the row's fence in
+// every grant, a row update that cost more server time than the rest of a
+// Lock+Unlock.
+func TestAdvisoryGrantWritesNoRow(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeAdvisory)
+	d, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	name := randomName("norow")
+	xmin := func() string {
+		t.Helper()
+		var x string
+		if err := h.admin.QueryRow(ctx, `SELECT xmin::text FROM `+h.table+` WHERE name = $1`, name).Scan(&x); err != nil {
+			t.Fatalf("reading the row of %s: %v", name, err)
+		}
+		return x
+	}
+	var last uint64
+	var before string
+	for i, owner := range []string{"a", "b", "a", "c", "c"} {
+		g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: owner, TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= last {
+			t.Fatalf("grant %d: token %d after %d", i, g.Token, last)
+		}
+		last = g.Token
+		if i == 0 {
+			before = xmin() // the first use created the row
+		} else if x := xmin(); x != before {
+			t.Fatalf("grant %d rewrote the row of %s (xmin %s, was %s)", i, name, x, before)
+		}
+		if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: owner, Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAdvisoryTokensAboveRowFences: a lock table made before the token
+// sequences fenced each name in its row. The first driver that opens it
+// in ModeAdvisory raises the token floor above every row's fence (and its
+// fence_floor), so no token is handed out twice across the upgrade.
+func TestAdvisoryTokensAboveRowFences(t *testing.T) {
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	const table = "dlock_test_legacy_tokens"
+	for _, s := range []string{
+		`DROP TABLE IF EXISTS ` + table,
+		`DROP SEQUENCE IF EXISTS ` + table + `_tokens`,
+		`DROP SEQUENCE IF EXISTS ` + table + `_token_floor`,
+		newQueries(table).createTable,
+		`INSERT INTO ` + table + ` (name, fence) VALUES ('old', 500)`,
+		`INSERT INTO ` + table + ` (name, fence, fence_floor) VALUES ('raised', 7, 900)`,
+	} {
+		if _, err := admin.Exec(ctx, s); err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+	pool, err := pgxpool.New(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, &Options{Mode: ModeAdvisory, Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, name := range []string{"old", "raised", "new"} {
+		g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= 900 {
+			t.Fatalf("%s: token %d, want above the table's largest fence, 900", name, g.Token)
+		}
+		if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: "o", Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -13,7 +13,9 @@ import (
 // that start with prefix. In ModeLease a row is held while its lock_until is
 // in the future, or, when its lease ran out unreleased, its delay_until:
 // ExpiresIn is the time until the lock can be taken (lease plus lock-delay). In ModeAdvisory a name is held while pg_locks shows its
-// advisory key granted; in ModeRowLock while its row is locked (found with
+// advisory key granted (its grants write nothing to the row, so Owner and
+// Token are known only for this driver's own holds: another process's
+// hold is listed with no owner and token 0); in ModeRowLock while its row is locked (found with
 // FOR KEY SHARE SKIP LOCKED, which for an instant conflicts with a
 // concurrent NOWAIT attempt on the same row). Session-bound holders report
 // ExpiresIn -1 and Count 1 (the re-entrance count lives in the holder's

@@ -33,10 +33,14 @@
 // connection pinned from the pool for as long as the lock is held; the lock
 // ends when that connection does. ModeRowLock holds SELECT … FOR UPDATE
 // NOWAIT on the name's row in an open transaction on a pinned connection. In
-// both, the fencing token comes from an autocommitted increment of the name's
-// row in the lock table made after the grant, so a crash never lets a token be
-// reused. In ModeAdvisory the lock and the increment are one statement on the
-// pinned session; in ModeRowLock the increment runs on a second connection,
+// both, the fencing token is made durable after the grant, so a crash never
+// lets a token be reused. In ModeAdvisory it is drawn, in the statement that
+// takes the lock, from two sequences per table: nextval of <table>_tokens plus
+// the current value of <table>_token_floor (which RaiseFence raises), with
+// txid_current() so that the commit flushes the WAL covering the draw before
+// the grant is reported; no row is written (one counter for all names, still
+// strictly increasing per name). In ModeRowLock it is an autocommitted
+// increment of the name's row in the lock table, on a second connection,
 // and the grant is returned only after the pinned session has confirmed,
 // after the increment, that its transaction still holds the row, so a session
 // that died in between is never granted and no later holder can have a
@@ -102,7 +106,9 @@ type Options struct {
 	Mode Mode
 	// Table is the lock table's name: [A-Za-z_][A-Za-z0-9_]*, at most 48
 	// bytes, in the connection's search_path. It is created if missing
-	// (ModeRowLock also creates Table+"_rowlock"). Default "dlock_locks".
+	// (ModeRowLock also creates Table+"_rowlock", ModeAdvisory the
+	// sequences Table+"_tokens" and Table+"_token_floor"). Default
+	// "dlock_locks".
 	// URL: table=.
 	Table string
 }

@@ -13,9 +13,12 @@ import (
 // that start with prefix. In ModeLease a row is held while its lock_until is
 // in the future, or, when its lease ran out unreleased, its delay_until:
 // ExpiresIn is the time until the lock can be taken (lease plus lock-delay). In ModeAdvisory a name is held while pg_locks shows its
-// advisory key granted (its grants write nothing to the row, so Owner and
-// Token are known only for this driver's own holds: another process's
-// hold is listed with no owner and token 0); in ModeRowLock while its row is locked (found with
+// advisory key granted (its grants write nothing to the row: Owner and
+// Token come from this driver's own holds, or from another process's
+// holder's last renewal ping, read in pg_stat_activity, so such a hold is
+// listed with no owner and token 0 until its first renewal, a third of its
+// TTL after the grant, and always when the inspecting role may not read
+// other sessions' statements); in ModeRowLock while its row is locked (found with
 // FOR KEY SHARE SKIP LOCKED, which for an instant conflicts with a
 // concurrent NOWAIT attempt on the same row). Session-bound holders report
 // ExpiresIn -1 and Count 1 (the re-entrance count lives in the holder's
@@ -57,16 +60,19 @@ func (a advisory) held(ctx context.Context, own *sqlcommon.Sessions[*pinned], ou
 		return nil, err
 	}
 	locks := map[int64][2]int{} // key → shared, exclusive holders
+	marks := map[int64]string{} // key → its exclusive holder's last statement
 	var (
 		key    int64
 		shared bool
+		query  string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key, &shared}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&key, &shared, &query}, func() error {
 		n := locks[key]
 		if shared {
 			n[0]++
 		} else {
 			n[1]++
+			marks[key] = query
 		}
 		locks[key] = n
 		return nil
@@ -82,13 +88,17 @@ func (a advisory) held(ctx context.Context, own *sqlcommon.Sessions[*pinned], ou
 		}
 		// A grant writes nothing to its row (the token comes from the
 		// table's sequences): the row's owner and fence are not the
-		// holder's. The driver knows its own holds; another's are
-		// reported held with no owner and token 0.
+		// holder's. The driver knows its own holds; another's names
+		// itself in its renewal pings (see holdMarker), and is reported
+		// with no owner and token 0 until its first.
 		out[i].Owner, out[i].Token = "", 0
-		if held[i] {
-			if h := own.Get(li.Name); h != nil {
-				out[i].Owner, out[i].Token = h.Owner(), h.Token()
-			}
+		if !held[i] {
+			continue
+		}
+		if h := own.Get(li.Name); h != nil {
+			out[i].Owner, out[i].Token = h.Owner(), h.Token()
+		} else if tok, owner, ok := parseHoldMarker(marks[AdvisoryKey(li.Name)]); ok {
+			out[i].Owner, out[i].Token = owner, tok
 		}
 	}
 	heldKinds(out, held, locks)

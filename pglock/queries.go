@@ -18,6 +18,7 @@ type queries struct {
 	// advisoryAcquireNew and advisoryAcquireNew13 are advisoryAcquire and
 	// advisoryAcquire13 that also create the name's row if it is missing.
 	advisoryAcquireNew, advisoryAcquireNew13                              string
+	advisoryPingMarked, advisoryPingMarked13                              string
 	createTokens, createTokenFloor, hasTokens, migrateTokens, raiseTokens string
 
 	rowEnsure, rowLock, fenceBump, rowPing, rowNotify string
@@ -173,6 +174,11 @@ FROM (SELECT pg_advisory_xact_lock($1)) AS serialised`)
 	// FIN, paused, cut off) loses its session, and the lock, about one TTL
 	// after its last renewal. Release restores the session's old value.
 	q.advisoryPing = `SELECT set_config('idle_session_timeout', $1, false)`
+	// A mutex holder's ping also names its hold, as a literal that the
+	// simple protocol puts in the statement's text, which other sessions
+	// read in pg_stat_activity.query (see holdMarker).
+	q.advisoryPingMarked = `SELECT set_config('idle_session_timeout', $1, false), $2::text`
+	q.advisoryPingMarked13 = `SELECT $1::text`
 
 	q.rowEnsure = r.Replace(`INSERT INTO $T_rowlock (name) VALUES ($1) ON CONFLICT DO NOTHING`)
 	q.rowLock = r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM $T_rowlock WHERE name = $1 FOR UPDATE NOWAIT`)
@@ -198,8 +204,11 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT 
 	q.inspectRowWriters = r.Replace(`SELECT name FROM $T_rowlock WHERE name = ANY($1) FOR SHARE SKIP LOCKED`)
 	q.advRead, q.advWrite = advisoryKindQueries(table, false)
 	q.advRead13, q.advWrite13 = advisoryKindQueries(table, true)
-	q.inspectAdvisoryModes = `SELECT (classid::bigint << 32) | objid::bigint, mode = 'ShareLock' FROM pg_locks
-WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	// With each granted key, the text of the last statement its session
+	// ran: a mutex holder's renewal ping names the hold (see holdMarker).
+	q.inspectAdvisoryModes = `SELECT (l.classid::bigint << 32) | l.objid::bigint, l.mode = 'ShareLock', COALESCE(a.query, '')
+FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	q.hasFloor = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'fence_floor' AND NOT attisdropped)`
 	q.addFloor = r.Replace(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS fence_floor bigint NOT NULL DEFAULT 0`)
 	q.createKinds = r.Replace(`CREATE TABLE IF NOT EXISTS $T_kinds (

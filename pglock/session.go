@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,9 @@ type pinned struct {
 	pid        uint32
 	oldTimeout string // idle_session_timeout before we armed it ("" = not armed)
 	timeoutMS  string // the server-side idle timeout armed: one TTL, in ms
+	// marker names a ModeAdvisory mutex hold for other processes' Inspect
+	// (see holdMarker); its renewal pings send it. Empty otherwise.
+	marker string
 }
 
 // Discard implements sqlcommon.Conn: it closes the connection, ending its
@@ -169,10 +173,59 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 		return false, 0, err
 	}
 	c.oldTimeout = old
+	c.marker = holdMarker(uint64(fence), req.Owner)
 	if a.testHookLocked != nil {
 		a.testHookLocked(ctx, c)
 	}
 	return true, uint64(fence), nil
+}
+
+// markerPrefix starts the literal a ModeAdvisory mutex holder's renewal
+// ping carries: markerPrefix + token + " " + owner.
+const markerPrefix = "dlock hold "
+
+// holdMarker is the literal naming a ModeAdvisory mutex hold. A grant
+// writes nothing to the lock table, so other processes learn a hold's
+// token and owner from the text of its session's last statement
+// (pg_stat_activity.query), the renewal ping, which sends the marker as a
+// literal through the simple protocol: from the first renewal, one third
+// of the TTL after the grant, until the release. The grant itself stays
+// one prepared statement.
+func holdMarker(token uint64, owner string) string {
+	return markerPrefix + strconv.FormatUint(token, 10) + " " + owner
+}
+
+// parseHoldMarker finds a hold marker in the text of a statement as the
+// simple protocol sent it (a quoted literal, quotes doubled). ok is false
+// when there is none.
+func parseHoldMarker(query string) (token uint64, owner string, ok bool) {
+	i := strings.Index(query, "'"+markerPrefix)
+	if i < 0 {
+		return 0, "", false
+	}
+	rest := query[i+1+len(markerPrefix):]
+	sp := strings.IndexByte(rest, ' ')
+	if sp <= 0 {
+		return 0, "", false
+	}
+	token, err := strconv.ParseUint(rest[:sp], 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	var b strings.Builder
+	for j := sp + 1; j < len(rest); j++ {
+		if rest[j] != '\'' {
+			b.WriteByte(rest[j])
+			continue
+		}
+		if j+1 < len(rest) && rest[j+1] == '\'' {
+			b.WriteByte('\'')
+			j++
+			continue
+		}
+		return token, b.String(), true
+	}
+	return 0, "", false
 }
 
 // maxKnownRows bounds knownRows: past it the set starts again empty, and
@@ -231,9 +284,14 @@ var errNoAdvisoryLock = errors.New("pg_advisory_unlock found no lock on the sess
 // re-arms its idle_session_timeout to ttl (where the server has it).
 func (a advisory) Ping(ctx context.Context, c *pinned, ttl time.Duration) error {
 	var err error
-	if c.oldTimeout != "" {
+	switch {
+	case c.marker != "" && c.oldTimeout != "":
+		_, err = c.Exec(ctx, a.q.advisoryPingMarked, pgx.QueryExecModeSimpleProtocol, timeoutMS(ttl), c.marker)
+	case c.marker != "" && a.pgVer < 140000:
+		_, err = c.Exec(ctx, a.q.advisoryPingMarked13, pgx.QueryExecModeSimpleProtocol, c.marker)
+	case c.oldTimeout != "":
 		_, err = c.Exec(ctx, a.q.advisoryPing, timeoutMS(ttl))
-	} else {
+	default:
 		_, err = c.Exec(ctx, "SELECT 1")
 	}
 	return err

@@ -102,3 +102,83 @@ func TestAdvisoryTokensAboveRowFences(t *testing.T) {
 		}
 	}
 }
+
+// TestAdvisoryInspectOtherDriver: a hold made by another driver (another
+// process, as far as the inspecting driver knows) is listed as held; from
+// the holder's first renewal its owner and token are known too, read from
+// the text of its renewal ping in pg_stat_activity. Before that, and on
+// the code before the ping carried the hold's name, owner and token are
+// unknown.
+func TestAdvisoryInspectOtherDriver(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeAdvisory)
+	holder, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	inspector, err := h.NewDriver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inspector.Close()
+	name := randomName("inspect")
+	const owner = "it's-me\\"
+	g, err := holder.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: owner, TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := driver.Lease{Name: name, Owner: owner, Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle}
+	info := func() driver.LockInfo {
+		t.Helper()
+		infos, err := inspector.(driver.Inspector).Inspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(infos) != 1 || infos[0].Name != name || infos[0].Count < 1 {
+			t.Fatalf("Inspect(%q) = %+v, want it held", name, infos)
+		}
+		return infos[0]
+	}
+	if in := info(); in.Owner != "" || in.Token != 0 {
+		t.Fatalf("before the first renewal: owner %q token %d, want unknown", in.Owner, in.Token)
+	}
+	errs, err := holder.Renew(ctx, []driver.Lease{lease})
+	if err != nil || errs[0] != nil {
+		t.Fatalf("Renew: %v %v", err, errs)
+	}
+	if in := info(); in.Owner != owner || in.Token != g.Token {
+		t.Fatalf("after a renewal: owner %q token %d, want %q and %d", in.Owner, in.Token, owner, g.Token)
+	}
+	if _, err := holder.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := inspector.(driver.Inspector).Inspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 || infos[0].Count != 0 || infos[0].Owner != "" {
+		t.Fatalf("after the release: %+v, want it free", infos)
+	}
+}
+
+func TestParseHoldMarker(t *testing.T) {
+	for _, tc := range []struct {
+		query, owner string
+		token        uint64
+		ok           bool
+	}{
+		{`SELECT set_config('idle_session_timeout', '30000', false), 'dlock hold 42 abc'::text`, "abc", 42, true},
+		{`SELECT 'dlock hold 7 it''s'::text`, "it's", 7, true},
+		{`SELECT 'dlock hold 7 a\b'`, `a\b`, 7, true},
+		{`SELECT 'dlock hold x abc'`, "", 0, false},
+		{`SELECT 'dlock hold 7 abc`, "", 0, false},
+		{`SELECT 1`, "", 0, false},
+		{``, "", 0, false},
+	} {
+		token, owner, ok := parseHoldMarker(tc.query)
+		if ok != tc.ok || token != tc.token || owner != tc.owner {
+			t.Errorf("parseHoldMarker(%q) = %d, %q, %v; want %d, %q, %v", tc.query, token, owner, ok, tc.token, tc.owner, tc.ok)
+		}
+	}
+}

@@ -77,8 +77,8 @@ func (s *Sessions[C]) arm(end, now time.Duration) {
 
 // fireExpiries runs when s's expiry timer fires: it takes the holds due
 // off the timetable, arms the timer for the earliest one left, and then
-// ends each hold due that has expired (Sessions.expire lists again one a
-// Ping confirmed meanwhile).
+// ends each hold due that has expired (expireHold lists again one a Ping
+// confirmed meanwhile).
 func (s *Sessions[C]) fireExpiries() {
 	var due []*Hold[C]
 	s.expMu.Lock()
@@ -93,8 +93,21 @@ func (s *Sessions[C]) fireExpiries() {
 		s.arm(e.heap[0].end, now)
 	}
 	s.expMu.Unlock()
+	// Every loss is signalled before any connection is closed (a close
+	// may take up to its own timeout on a dead network), and the closes
+	// of several run side by side, as each hold's own timer ran them.
+	var conns []C
 	for _, h := range due {
-		s.expire(h)
+		if conn, ok := s.expireHold(h); ok {
+			conns = append(conns, conn)
+		}
+	}
+	for i, conn := range conns {
+		if i == len(conns)-1 {
+			conn.Discard()
+		} else {
+			go conn.Discard()
+		}
 	}
 }
 

@@ -394,26 +394,34 @@ func (s *Sessions[C]) reenter(req driver.AcquireRequest) (g driver.Grant, ok boo
 	return driver.Grant{}, false, nil
 }
 
-// expire ends h if it has expired (see Hold): its connection is closed, it
-// leaves the table, and its loss is signalled. A hold confirmed meanwhile
-// is listed again in s's expiries instead.
+// expire ends h if it has expired (see Hold): its loss is signalled, it
+// leaves the table, and its connection is closed. A hold confirmed
+// meanwhile is listed again in s's expiries instead.
 func (s *Sessions[C]) expire(h *Hold[C]) {
+	if conn, ok := s.expireHold(h); ok {
+		conn.Discard()
+	}
+}
+
+// expireHold is expire but for closing the connection: it returns the
+// connection of h if h has expired, for the caller to Discard.
+func (s *Sessions[C]) expireHold(h *Hold[C]) (C, bool) {
 	h.mu.Lock()
 	var zero C
 	if h.conn == zero {
 		h.mu.Unlock()
-		return
+		return zero, false
 	}
 	if left := h.expiresIn(); left > 0 {
 		s.schedule(h)
 		h.mu.Unlock()
-		return
+		return zero, false
 	}
 	h.lose(SessionLost(fmt.Errorf("no renewal within the TTL (%v) since %s; the server's idle timeout ends the session", h.ttl, h.sent.Format(time.RFC3339Nano))))
 	conn := s.detach(h)
 	h.mu.Unlock()
 	s.drop(h)
-	conn.Discard()
+	return conn, true
 }
 
 // add lists a lock the server has just granted on conn with the fencing

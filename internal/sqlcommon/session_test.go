@@ -21,10 +21,18 @@ type fakeConn struct {
 	abandoned                   bool
 	pings                       int
 	lastTTL                     time.Duration
+	block                       chan struct{} // if not nil, Discard waits for it to close
 }
 
 func (c *fakeConn) Release() { c.mu.Lock(); c.released = true; c.mu.Unlock() }
-func (c *fakeConn) Discard() { c.mu.Lock(); c.discarded = true; c.mu.Unlock() }
+func (c *fakeConn) Discard() {
+	if c.block != nil {
+		<-c.block
+	}
+	c.mu.Lock()
+	c.discarded = true
+	c.mu.Unlock()
+}
 
 // wasDiscarded reads discarded under the lock (a hold's expiry timer may
 // discard the connection from its own goroutine).

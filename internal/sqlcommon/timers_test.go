@@ -236,3 +236,43 @@ func TestHoldsExpireInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldsExpireTogether: holds that expire together all signal their
+// loss even while closing one's connection hangs (a dead network): each
+// loss comes before any close.
+func TestHoldsExpireTogether(t *testing.T) {
+	s, f := newSessions(t)
+	defer s.Close()
+	const ttl = 100 * time.Millisecond
+	block := make(chan struct{})
+	var gs []driver.Grant
+	for i := 0; i < 4; i++ {
+		c := &fakeConn{block: block}
+		f.pin = func(context.Context) (*fakeConn, error) { return c, nil }
+		f.lock = func(context.Context, *fakeConn) (bool, uint64, error) { return true, uint64(i + 1), nil }
+		g, err := s.TryAcquire(context.Background(), driver.AcquireRequest{Name: string(rune('a' + i)), Owner: "o", TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	// Every expiry is due at once.
+	s.expMu.Lock()
+	for _, e := range s.exp.heap {
+		e.h.mu.Lock()
+		e.h.sent = gs[0].Sent
+		e.h.mu.Unlock()
+	}
+	for i := range s.exp.heap {
+		s.exp.heap[i].end = gs[0].Sent.Add(ttl).Sub(epoch)
+	}
+	s.expMu.Unlock()
+	defer close(block)
+	for i, g := range gs {
+		select {
+		case <-g.Lost:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("hold %d: no loss signalled while another's connection close hangs", i)
+		}
+	}
+}

@@ -120,7 +120,12 @@ func withWait[T any](ws *waits, ctx context.Context, what, hint string, stats fu
 	if err != nil {
 		// A wait cut short by the bound, and not ended by ctx first.
 		timedOut := cut && ctx.Err() == nil
-		if cut {
+		switch {
+		case cut && err == context.Canceled:
+			// The call saw nothing but the cut: reported as the context
+			// deadline it stands for.
+			err = context.DeadlineExceeded
+		case cut:
 			err = fmt.Errorf("%w after %v (%w)", context.DeadlineExceeded, ws.limit, err)
 		}
 		inUse, size := stats()

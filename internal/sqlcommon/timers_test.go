@@ -37,9 +37,9 @@ func TestPoolWaitNoDeadline(t *testing.T) {
 }
 
 // TestWaitsBound: a call that does not return is cut at its bound, not
-// before: its context ends, the error carries context.DeadlineExceeded and
-// the call's own error, and says the pool was exhausted when every
-// connection was in use. Waits started one after another are each cut at
+// before: its context ends, the error carries context.DeadlineExceeded
+// (and the call's own error, when it is more than the cut), and says the
+// pool was exhausted when every connection was in use. Waits started one after another are each cut at
 // their own bound; one that returns in time is not cut, and one whose own
 // context ends first is not reported as a full pool.
 func TestWaitsBound(t *testing.T) {
@@ -73,17 +73,26 @@ func TestWaitsBound(t *testing.T) {
 		if took := r.end.Sub(r.start); took < limit {
 			t.Errorf("wait %d cut after %v, before its bound %v", i, took, limit)
 		}
-		if !errors.Is(r.err, context.DeadlineExceeded) || !errors.Is(r.err, context.Canceled) {
-			t.Errorf("wait %d: %v, want context.DeadlineExceeded and the call's own error in the chain", i, r.err)
+		if !errors.Is(r.err, context.DeadlineExceeded) || errors.Is(r.err, context.Canceled) {
+			t.Errorf("wait %d: %v, want context.DeadlineExceeded in the chain, for the context.Canceled the call saw", i, r.err)
 		}
 		if !strings.Contains(r.err.Error(), "no free connection within") {
 			t.Errorf("wait %d: %q does not say the pool was exhausted", i, r.err)
 		}
 	}
+	// A call that reports more than the cut keeps its error in the chain.
+	dial := errors.New("dial: connection timed out")
+	_, err := withWait(ws, context.Background(), "x", "hint", func() (int, int) { return 0, 4 }, func(ctx context.Context) (int, error) {
+		<-ctx.Done()
+		return 0, errors.Join(dial, ctx.Err())
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dial) || strings.Contains(err.Error(), "no free connection") {
+		t.Fatalf("a hung dial cut short: %v, want its error and context.DeadlineExceeded, and no word of a full pool", err)
+	}
 	// The caller's own context ending first is no exhausted pool.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := withWait(ws, ctx, "x", "hint", full, block)
+	_, err = withWait(ws, ctx, "x", "hint", full, block)
 	if !errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "no free connection") || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a cancelled caller: %v", err)
 	}

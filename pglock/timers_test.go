@@ -73,6 +73,12 @@ func TestPinNoDeadline(t *testing.T) {
 //
 //	go test -c -o pglock.test ./pglock
 //	strace -f -e trace=write ./pglock.test -test.run XXX -test.bench 'Uncontended/advisory' -test.benchtime 300x 2>&1 | grep -c '"\\1\\0\\0\\0\\0\\0\\0\\0", 8'
+//
+// Per 2000 ops (3 runs each) the eventfd writes were 883-1925 (advisory)
+// and 2313-3179 (rowlock) with a timer per pool wait and per hold, and
+// 22-58 and 49-75 once they shared one timer each; the writes per op
+// (strace -c, 2500x less 500x) went from 2.3-2.9 to 2.0 (the two
+// statements' own).
 func BenchmarkUncontended(b *testing.B) {
 	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
 		b.Run(string(mode), func(b *testing.B) {

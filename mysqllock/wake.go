@@ -126,7 +126,31 @@ type leaseSignals struct {
 	// busyGets counts GET_LOCKs of a signal that met it held by another
 	// session (for tests: the wait for a busy signal to be asked again).
 	busyGets atomic.Int64
+
+	// delayed lists the grants whose signal is to be taken signalDelay
+	// after them, oldest first (so also by when), each checked against
+	// its entry's due when its time comes (a release or a contended grant
+	// meanwhile leaves it stale). One timer, armed for the oldest when it
+	// is not armed already and left armed when a lease is released, takes
+	// them: a time.AfterFunc per grant armed a runtime timer on every
+	// uncontended acquire, which woke the Go netpoller.
+	delayed []delayedSignal
+	timer   *time.Timer
+	armed   bool // timer is set to fire
+	arms    int  // how many times it was armed, for tests
 }
+
+// delayedSignal is one grant in leaseSignals.delayed: its entry, listed
+// under key, and when its signal is due.
+type delayedSignal struct {
+	key string
+	e   *leaseSignal
+	due time.Duration // since signalEpoch
+}
+
+// signalEpoch is the origin of leaseSignal.due, read with the monotonic
+// clock.
+var signalEpoch = time.Now()
 
 // leaseSignal is the state of one held lease's signal, kept for as long as
 // the lease is held: it is kept small (48 B), and the GET_LOCK name of the
@@ -136,7 +160,9 @@ type leaseSignal struct {
 	kind       driver.Kind // the holder's kind: its key is kindKey unless Exclusive
 	want, have bool        // the signal should be / was last sent to be kept
 	sending    bool        // a change is on its way to the server
-	timer      *time.Timer // until want; nil once fired or stopped
+	// due, when not 0, is when the signal is to be wanted (since
+	// signalEpoch): the entry waits in leaseSignals.delayed until then.
+	due time.Duration
 	// gone, when not nil, is closed once the entry leaves (the signal
 	// given up): a release waits for it.
 	gone chan struct{}
@@ -204,25 +230,57 @@ func (ls *leaseSignals) grantKey(key string, k driver.Kind, owner string, conten
 		return
 	}
 	if contended {
-		if e.timer != nil {
-			e.timer.Stop()
-			e.timer = nil
-		}
+		e.due = 0
 		ls.want(e)
 		return
 	}
-	if e.timer != nil {
+	if e.due != 0 {
 		return
 	}
-	e.timer = time.AfterFunc(signalDelay, func() {
-		ls.mu.Lock()
-		defer ls.mu.Unlock()
-		if ls.closed || ls.names[key] != e || e.timer == nil {
-			return
+	e.due = time.Since(signalEpoch) + signalDelay
+	ls.delayed = append(ls.delayed, delayedSignal{key: key, e: e, due: e.due})
+	if !ls.armed {
+		ls.arm(signalDelay)
+	}
+}
+
+// arm sets the timer of the delayed signals to fire after d; ls.mu is
+// held.
+func (ls *leaseSignals) arm(d time.Duration) {
+	ls.armed = true
+	ls.arms++
+	if ls.timer == nil {
+		ls.timer = time.AfterFunc(d, ls.fire)
+	} else {
+		ls.timer.Reset(d)
+	}
+}
+
+// fire wants the signals of the delayed grants that are due and still
+// held, and arms the timer again for the oldest one left.
+func (ls *leaseSignals) fire() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.armed = false
+	if ls.closed {
+		return
+	}
+	now := time.Since(signalEpoch)
+	i := 0
+	for ; i < len(ls.delayed) && ls.delayed[i].due <= now; i++ {
+		d := ls.delayed[i]
+		if ls.names[d.key] == d.e && d.e.due == d.due {
+			d.e.due = 0
+			ls.want(d.e)
 		}
-		e.timer = nil
-		ls.want(e)
-	})
+	}
+	clear(ls.delayed[:i])
+	ls.delayed = ls.delayed[i:]
+	if len(ls.delayed) == 0 {
+		ls.delayed = nil
+	} else {
+		ls.arm(ls.delayed[0].due - now)
+	}
 }
 
 // want asks for e's signal to be taken; ls.mu is held.
@@ -263,10 +321,7 @@ func (ls *leaseSignals) releasedKey(key, owner string) <-chan struct{} {
 	if ls.closed || e == nil || e.owner != owner {
 		return nil
 	}
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
-	}
+	e.due = 0 // its entry in delayed, if any, is stale now
 	e.want = false
 	if !e.have && !e.sending {
 		ls.forget(key, e)
@@ -460,10 +515,12 @@ func (ls *leaseSignals) close() {
 	ls.mu.Lock()
 	ls.closed = true
 	for n, e := range ls.names {
-		if e.timer != nil {
-			e.timer.Stop()
-		}
+		e.due = 0
 		ls.forget(n, e)
+	}
+	ls.delayed = nil
+	if ls.timer != nil {
+		ls.timer.Stop()
 	}
 	started := ls.started
 	ls.mu.Unlock()

@@ -149,9 +149,12 @@ type Hold[C Conn] struct {
 	conn  C // zero once released, lost or abandoned
 	// sent is when the Lock or Ping that last proved the session alive was
 	// sent, ttl the idle timeout it armed; the hold expires at sent+ttl.
-	sent   time.Time
-	ttl    time.Duration
-	expiry *time.Timer // fires at sent+ttl; stopped once conn is zero
+	sent time.Time
+	ttl  time.Duration
+	// at is h's place in its Sessions' expiries plus one, 0 while it is
+	// not listed there (Sessions.expMu guards it). A hold is listed from
+	// its grant until its connection is zeroed.
+	at int
 }
 
 // Name returns the lock name h holds.
@@ -208,27 +211,26 @@ func (h *Hold[C]) grant() driver.Grant {
 // expiresIn returns how long until h expires (see Hold); h.mu is held.
 func (h *Hold[C]) expiresIn() time.Duration { return time.Until(h.sent.Add(h.ttl)) }
 
+// expires returns when h expires (see Hold); h.mu is held.
+func (h *Hold[C]) expires() time.Time { return h.sent.Add(h.ttl) }
+
 // confirmed records a Lock or Ping sent at sent that armed ttl and
-// succeeded, and moves the expiry; h.mu is held.
-func (h *Hold[C]) confirmed(sent time.Time, ttl time.Duration) {
+// succeeded, and moves h's expiry in s; h.mu is held.
+func (s *Sessions[C]) confirmed(h *Hold[C], sent time.Time, ttl time.Duration) {
 	if sent.After(h.sent) || ttl != h.ttl {
 		h.sent, h.ttl = sent, ttl
 	}
-	if h.expiry != nil {
-		h.expiry.Reset(h.expiresIn())
-	}
+	s.schedule(h)
 }
 
-// detach zeroes h's connection and stops its expiry, returning the
-// connection it had; h.mu is held.
-func (h *Hold[C]) detach() C {
+// detach zeroes h's connection and takes it off s's expiries, returning
+// the connection it had; h.mu is held.
+func (s *Sessions[C]) detach(h *Hold[C]) C {
 	var zero C
 	conn := h.conn
 	h.conn = zero
 	h.count = 0
-	if h.expiry != nil {
-		h.expiry.Stop()
-	}
+	s.unschedule(h)
 	return conn
 }
 
@@ -242,20 +244,27 @@ func (h *Hold[C]) cause() error { return h.loss.why() }
 // released cleanly (its connection may be pinned by another hold now, which
 // shares its loss signal, see LossKeeper) or lost already: it is left as
 // it is. The caller must not hold h.mu.
-func (h *Hold[C]) destroy(cause error) {
+func (s *Sessions[C]) destroy(h *Hold[C], cause error) {
 	h.mu.Lock()
 	var zero C
 	if h.conn != zero {
 		h.lose(cause)
-		h.detach().Discard()
+		s.detach(h).Discard()
 	}
 	h.mu.Unlock()
 }
 
 // Sessions is a Locker for a session mode: the bookkeeping of a driver's
 // session-bound locks (the holds by name, re-entrance, loss, the closed and
-// killed state) around the mode's SQL.
-// Lock order: a Hold's lock before the Sessions lock.
+// killed state, expiry) around the mode's SQL.
+//
+// The holds' expiries share one timer (see expiries), armed for the
+// earliest: a timer per hold, armed at its grant and stopped at its
+// release, woke the Go netpoller (an eventfd write and a thread wake-up)
+// on every uncontended Lock+Unlock.
+//
+// Lock order: a Hold's lock before the Sessions lock, and before expMu;
+// mu and expMu are never held together.
 // All methods are safe for concurrent use. The zero value is not usable; use
 // NewSessions.
 type Sessions[C Conn] struct {
@@ -267,6 +276,9 @@ type Sessions[C Conn] struct {
 	holds     map[string]*Hold[C]
 	closed    bool
 	abandoned []func() // socket closers of a killed driver's connections
+
+	expMu sync.Mutex
+	exp   expiries[C]
 }
 
 // NewSessions returns an empty table for the driver named prefix (for
@@ -382,26 +394,34 @@ func (s *Sessions[C]) reenter(req driver.AcquireRequest) (g driver.Grant, ok boo
 	return driver.Grant{}, false, nil
 }
 
-// expire ends h if it has expired (see Hold): its connection is closed, it
-// leaves the table, and its loss is signalled. A hold confirmed meanwhile
-// gets its timer re-armed instead.
+// expire ends h if it has expired (see Hold): its loss is signalled, it
+// leaves the table, and its connection is closed. A hold confirmed
+// meanwhile is listed again in s's expiries instead.
 func (s *Sessions[C]) expire(h *Hold[C]) {
+	if conn, ok := s.expireHold(h); ok {
+		conn.Discard()
+	}
+}
+
+// expireHold is expire but for closing the connection: it returns the
+// connection of h if h has expired, for the caller to Discard.
+func (s *Sessions[C]) expireHold(h *Hold[C]) (C, bool) {
 	h.mu.Lock()
 	var zero C
 	if h.conn == zero {
 		h.mu.Unlock()
-		return
+		return zero, false
 	}
 	if left := h.expiresIn(); left > 0 {
-		h.expiry.Reset(left)
+		s.schedule(h)
 		h.mu.Unlock()
-		return
+		return zero, false
 	}
 	h.lose(SessionLost(fmt.Errorf("no renewal within the TTL (%v) since %s; the server's idle timeout ends the session", h.ttl, h.sent.Format(time.RFC3339Nano))))
-	conn := h.detach()
+	conn := s.detach(h)
 	h.mu.Unlock()
 	s.drop(h)
-	conn.Discard()
+	return conn, true
 }
 
 // add lists a lock the server has just granted on conn with the fencing
@@ -415,13 +435,13 @@ func (s *Sessions[C]) add(req driver.AcquireRequest, token uint64, conn C, sent 
 		h.loss = NewConnLoss()
 	}
 	h.mu.Lock()
-	h.expiry = time.AfterFunc(h.expiresIn(), func() { s.expire(h) })
+	s.schedule(h)
 	g := h.grant()
 	h.mu.Unlock()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		h.destroy(fmt.Errorf("%s: driver closed: %w", s.prefix, driver.ErrSessionLost))
+		s.destroy(h, fmt.Errorf("%s: driver closed: %w", s.prefix, driver.ErrSessionLost))
 		return driver.Grant{}, errors.New(s.prefix + ": driver is closed")
 	}
 	// A hold still listed under this name is finished on the server (the
@@ -480,10 +500,10 @@ func (s *Sessions[C]) Release(ctx context.Context, l driver.Lease) (int, error) 
 	if err != nil {
 		cause := SessionLost(err)
 		h.lose(cause)
-		h.detach().Discard()
+		s.detach(h).Discard()
 		return 0, fmt.Errorf("%s: release: %w", s.prefix, cause)
 	}
-	conn := h.detach()
+	conn := s.detach(h)
 	conn.Release()
 	return 0, nil
 }
@@ -547,13 +567,13 @@ func (s *Sessions[C]) ping(ctx context.Context, h *Hold[C], ttl time.Duration) e
 	sent := time.Now()
 	err := s.sql.Ping(ctx, h.conn, ttl)
 	if err == nil {
-		h.confirmed(sent, ttl)
+		s.confirmed(h, sent, ttl)
 	}
 	h.mu.Unlock()
 	if err != nil {
 		cause := SessionLost(err)
 		s.drop(h)
-		h.destroy(cause)
+		s.destroy(h, cause)
 		return fmt.Errorf("%s: renew: %w", s.prefix, cause)
 	}
 	return nil
@@ -577,8 +597,9 @@ func (s *Sessions[C]) Close() {
 	holds := s.take()
 	s.mu.Unlock()
 	for _, h := range holds {
-		h.destroy(fmt.Errorf("%s: driver closed: %w", s.prefix, driver.ErrSessionLost))
+		s.destroy(h, fmt.Errorf("%s: driver closed: %w", s.prefix, driver.ErrSessionLost))
 	}
+	s.stopExpiries()
 }
 
 // Kill implements Locker: later grants are refused and every pinned
@@ -594,13 +615,14 @@ func (s *Sessions[C]) Kill() {
 	for _, h := range holds {
 		h.mu.Lock()
 		if h.conn != zero {
-			closeLater := h.detach().Abandon()
+			closeLater := s.detach(h).Abandon()
 			s.mu.Lock()
 			s.abandoned = append(s.abandoned, closeLater)
 			s.mu.Unlock()
 		}
 		h.mu.Unlock()
 	}
+	s.stopExpiries()
 }
 
 func (s *Sessions[C]) take() []*Hold[C] {

@@ -21,10 +21,18 @@ type fakeConn struct {
 	abandoned                   bool
 	pings                       int
 	lastTTL                     time.Duration
+	block                       chan struct{} // if not nil, Discard waits for it to close
 }
 
 func (c *fakeConn) Release() { c.mu.Lock(); c.released = true; c.mu.Unlock() }
-func (c *fakeConn) Discard() { c.mu.Lock(); c.discarded = true; c.mu.Unlock() }
+func (c *fakeConn) Discard() {
+	if c.block != nil {
+		<-c.block
+	}
+	c.mu.Lock()
+	c.discarded = true
+	c.mu.Unlock()
+}
 
 // wasDiscarded reads discarded under the lock (a hold's expiry timer may
 // discard the connection from its own goroutine).
@@ -266,7 +274,7 @@ func TestHoldLost(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
-		go func() { defer wg.Done(); h.destroy(SessionLost(nil)) }()
+		go func() { defer wg.Done(); s.destroy(h, SessionLost(nil)) }()
 	}
 	wg.Wait()
 	<-g.Lost
@@ -276,7 +284,7 @@ func TestHoldLost(t *testing.T) {
 	if !c.discarded {
 		t.Fatal("connection not closed")
 	}
-	h.destroy(errors.New("later"))
+	s.destroy(h, errors.New("later"))
 	if c := g.Cause(); !errors.Is(c, driver.ErrSessionLost) {
 		t.Fatalf("a later loss replaced the cause: %v", c)
 	}
@@ -368,7 +376,7 @@ func TestHoldExpires(t *testing.T) {
 	// (a process just resumed from a stop) ends it itself.
 	h := g3.Handle.(*Hold[*fakeConn])
 	h.mu.Lock()
-	h.expiry.Stop()
+	s.unschedule(h) // as if its expiry had not come up yet
 	c3 := h.conn
 	h.mu.Unlock()
 	for time.Now().Before(g3.Sent.Add(ttl)) {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -98,19 +99,155 @@ func PoolError(what string, err error, timedOut bool, inUse, size int, hint stri
 // failure with PoolError: stats reports the pool's connections in use and
 // its size, hint how to size it. It is how every wait for a pool
 // connection in pglock and mysqllock is bounded.
+//
+// get runs under a context that ctx cancels, and that is cancelled
+// PoolWait after the call if get has not returned by then; the error of a
+// get cut short that way has context.DeadlineExceeded in its chain, as when
+// the bound was a context deadline. The bound is kept by one timer shared
+// by every wait in the process (see poolWaits), not by a timer per call: a
+// timer armed per call woke the Go netpoller (an eventfd write and a
+// thread wake-up) on every uncontended acquire, where the connection is
+// idle in the pool and get returns at once.
 func WithPoolWait[T any](ctx context.Context, what, hint string, stats func() (inUse, size int), get func(context.Context) (T, error)) (T, error) {
-	pctx, cancel := context.WithTimeout(ctx, PoolWait)
-	defer cancel()
+	return withWait(&poolWaits, ctx, what, hint, stats, get)
+}
+
+// withWait is WithPoolWait bounded by ws.
+func withWait[T any](ws *waits, ctx context.Context, what, hint string, stats func() (inUse, size int), get func(context.Context) (T, error)) (T, error) {
+	pctx, w := ws.start(ctx)
 	v, err := get(pctx)
+	cut := ws.finish(w)
 	if err != nil {
-		// Examined before cancel, which would make pctx.Err() non-nil
-		// whatever happened.
-		timedOut := ctx.Err() == nil && errors.Is(pctx.Err(), context.DeadlineExceeded)
+		// A wait cut short by the bound, and not ended by ctx first.
+		timedOut := cut && ctx.Err() == nil
+		switch {
+		case cut && err == context.Canceled:
+			// The call saw nothing but the cut: reported as the context
+			// deadline it stands for.
+			err = context.DeadlineExceeded
+		case cut:
+			err = fmt.Errorf("%w after %v (%w)", context.DeadlineExceeded, ws.limit, err)
+		}
 		inUse, size := stats()
 		var zero T
 		return zero, PoolError(what, err, timedOut, inUse, size, hint)
 	}
 	return v, nil
+}
+
+// poolWaits bounds every WithPoolWait in the process by PoolWait.
+var poolWaits = waits{limit: PoolWait}
+
+// errWaitCut is the cause a wait cut short by its bound is cancelled with.
+var errWaitCut = errors.New("sqlcommon: the wait for a pool connection ran out")
+
+// waits bounds calls by limit each with one timer for all of them: the
+// waits in progress are listed oldest first (their ends come in the same
+// order, all being limit after their start), and the timer is armed for
+// the oldest one's end only when it is not armed already. A wait that ends
+// before the timer fires leaves it armed; when it fires it cuts the waits
+// past their end and is armed again for the oldest one left, if any. A
+// steady stream of short waits so arms it about once per limit instead of
+// once per wait, and cuts every wait within its limit all the same.
+// All methods are safe for concurrent use; the zero value with a limit set
+// is ready to use.
+type waits struct {
+	limit time.Duration
+
+	mu         sync.Mutex
+	head, tail *wait
+	timer      *time.Timer
+	armed      bool // timer is set to fire (at the end of some wait)
+	arms       int  // how many times the timer was armed, for tests
+}
+
+// wait is one call bounded by a waits.
+type wait struct {
+	end        time.Time
+	cancel     context.CancelCauseFunc
+	prev, next *wait
+	listed     bool // in the list, not yet finished or cut
+	cut        bool // cancelled by the bound
+}
+
+// start lists a new wait and returns the context its call runs under.
+func (ws *waits) start(ctx context.Context) (context.Context, *wait) {
+	pctx, cancel := context.WithCancelCause(ctx)
+	w := &wait{cancel: cancel, listed: true}
+	ws.mu.Lock()
+	w.end = time.Now().Add(ws.limit)
+	w.prev = ws.tail
+	if ws.tail != nil {
+		ws.tail.next = w
+	} else {
+		ws.head = w
+	}
+	ws.tail = w
+	if !ws.armed {
+		ws.arm(ws.limit)
+	}
+	ws.mu.Unlock()
+	return pctx, w
+}
+
+// arm sets the timer to fire after d; ws.mu is held.
+func (ws *waits) arm(d time.Duration) {
+	ws.armed = true
+	ws.arms++
+	if ws.timer == nil {
+		ws.timer = time.AfterFunc(d, ws.fire)
+	} else {
+		ws.timer.Reset(d)
+	}
+}
+
+// unlink removes w from the list; ws.mu is held.
+func (ws *waits) unlink(w *wait) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		ws.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		ws.tail = w.prev
+	}
+	w.prev, w.next, w.listed = nil, nil, false
+}
+
+// finish ends w, releasing its context, and reports whether the bound cut
+// it short.
+func (ws *waits) finish(w *wait) (cut bool) {
+	ws.mu.Lock()
+	if w.listed {
+		ws.unlink(w)
+	}
+	cut = w.cut
+	ws.mu.Unlock()
+	w.cancel(context.Canceled)
+	return cut
+}
+
+// fire cuts the waits past their end and arms the timer again for the
+// oldest one left.
+func (ws *waits) fire() {
+	var cut []*wait
+	ws.mu.Lock()
+	now := time.Now()
+	for w := ws.head; w != nil && !w.end.After(now); w = ws.head {
+		ws.unlink(w)
+		w.cut = true
+		cut = append(cut, w)
+	}
+	ws.armed = false
+	if ws.head != nil {
+		ws.arm(ws.head.end.Sub(now))
+	}
+	ws.mu.Unlock()
+	for _, w := range cut {
+		w.cancel(errWaitCut)
+	}
 }
 
 // TakeParams removes the parameters mode and table, which the SQL drivers

@@ -5,6 +5,8 @@ package redislock
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -13,7 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/redisinfo"
+	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/locktest"
 )
@@ -156,4 +160,140 @@ func cpuNow(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkAcquireLayers splits a Lock of the acquire-many loop (10,000
+// leases of distinct names taken one after another, held, a
+// context.WithTimeout per call, as BenchmarkAcquireMany) into layers, in
+// phases of n leases rotated round-robin on one server:
+//
+//   - setnx: SET NX PX on a client with the driver's options;
+//   - script1: a one-command script (SET NX PX in Lua, one key, three
+//     arguments: the shape of bsm/redislock's obtain) on that client;
+//   - script3: the server work of the acquire script's fast path in a
+//     script of that shape (4 keys, 5 arguments; EXISTS of the lock and
+//     its queue, INCR of the fencing counter, SET NX PX);
+//   - script: the acquire script itself (redisscript.AcquireQueued);
+//   - driver: the driver's Acquire (keys, lane, book of grants);
+//   - client: a dlock Client's Mutex.Lock.
+//
+// Metrics, medians over the rounds (at least 3): <layer>-µs (wall per
+// lease), <layer>-cpu-µs (this process's CPU per lease, every thread),
+// <layer>-srv-µs (the server's EVALSHA and EVAL usec per lease, SET's for
+// setnx; INFO commandstats). The difference between two neighbouring
+// layers is what the upper one adds. Run with the process and the
+// redis-server pinned to one CPU (taskset) on a machine others load, to
+// keep the scheduler's placement of the two out of the figures.
+func BenchmarkAcquireLayers(b *testing.B) {
+	const n = 5000
+	srv := testserver.Redis(b, nil)
+	ctx := context.Background()
+	admin := redis.NewClient(mustParseURL(b, srv.URL()))
+	defer admin.Close()
+	u, err := url.Parse(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt, _, err := parseURL(u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := redis.NewClient(opt) // the driver's client options
+	defer raw.Close()
+	d := openURLDriver(b, srv.URL())
+	c := dlock.New(openURLDriver(b, srv.URL()), nil)
+	defer c.Close()
+	const owner = "Xk3v9Qm2LpR8sT1uW4yZ6a" // as long as a generated one
+	ttl := 30 * time.Second
+	script1 := redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3])`)
+	script3 := redis.NewScript(`
+if redis.call('EXISTS', KEYS[1], KEYS[3]) ~= 0 then return false end
+local n = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return n end
+return false`)
+	layers := []struct {
+		name string
+		take func(ctx context.Context, name string) error
+		cmds []string
+	}{
+		{"setnx", func(ctx context.Context, name string) error {
+			return raw.SetNX(ctx, name, owner, ttl).Err()
+		}, []string{"set"}},
+		{"script1", func(ctx context.Context, name string) error {
+			return script1.Run(ctx, raw, []string{name}, owner, len(owner), ttl.Milliseconds()).Err()
+		}, []string{"evalsha", "eval"}},
+		{"script3", func(ctx context.Context, name string) error {
+			k := redisscript.KeysFor(DefaultKeyPrefix, name)
+			return script3.Run(ctx, raw, []string{k.Lock, k.Fence, k.Queue, k.Waits}, owner, ttl.Milliseconds(), 0, queueWait.Milliseconds(), k.Channel).Err()
+		}, []string{"evalsha", "eval"}},
+		{"script", func(ctx context.Context, name string) error {
+			_, err := redisscript.AcquireQueued(ctx, raw, redisscript.KeysFor(DefaultKeyPrefix, name), owner, ttl, 0, queueWait)
+			return err
+		}, []string{"evalsha", "eval"}},
+		{"driver", func(ctx context.Context, name string) error {
+			_, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: owner, TTL: ttl})
+			return err
+		}, []string{"evalsha", "eval"}},
+		{"client", func(ctx context.Context, name string) error {
+			_, err := c.NewMutex(name, nil).Lock(ctx)
+			return err
+		}, []string{"evalsha", "eval"}},
+	}
+	usec := func() map[string]float64 {
+		s, err := admin.Info(ctx, "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		out := map[string]float64{}
+		for cmd, cs := range redisinfo.Commands(s) {
+			out[cmd] = float64(cs.Usec)
+		}
+		return out
+	}
+	type stat struct{ wall, cpu, srv []float64 }
+	st := make([]stat, len(layers))
+	rounds := max(b.N, 3)
+	b.ResetTimer()
+	for r := range rounds {
+		for j := range layers {
+			i := (j + r) % len(layers)
+			l := layers[i]
+			u0 := usec()
+			cpu0 := cpuNow(b)
+			t0 := time.Now()
+			for k := range n {
+				lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				err := l.take(lctx, l.name+"-"+strconv.Itoa(r)+"-"+strconv.Itoa(k))
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			wall := time.Since(t0)
+			cpu := cpuNow(b) - cpu0
+			u1 := usec()
+			var srvUsec float64
+			for _, cmd := range l.cmds {
+				srvUsec += u1[cmd] - u0[cmd]
+			}
+			st[i].wall = append(st[i].wall, float64(wall.Nanoseconds())/1e3/n)
+			st[i].cpu = append(st[i].cpu, float64(cpu.Nanoseconds())/1e3/n)
+			st[i].srv = append(st[i].srv, srvUsec/n)
+		}
+		b.StopTimer()
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	med := func(xs []float64) float64 {
+		ys := slices.Clone(xs)
+		slices.Sort(ys)
+		return ys[len(ys)/2]
+	}
+	for i, l := range layers {
+		b.ReportMetric(med(st[i].wall), l.name+"-µs")
+		b.ReportMetric(med(st[i].cpu), l.name+"-cpu-µs")
+		b.ReportMetric(med(st[i].srv), l.name+"-srv-µs")
+	}
 }

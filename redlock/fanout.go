@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,11 +48,11 @@ func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, wh
 		return
 	}
 	d.gate.Add(calls)
-	// One deadline for all the node calls (they start together): one
-	// timer rather than one per node. The calls share one record, so
-	// that each goroutine captures little.
-	nctx, cancel := context.WithTimeout(ctx, timeout)
-	f := &fanCall[T]{d: d, ctx: ctx, nctx: nctx, cancel: cancel, timeout: timeout, fn: fn, out: out}
+	// One deadline for all the node calls (they start together). The
+	// calls share one record, their context included, so that each
+	// goroutine captures little.
+	f := &fanCall[T]{d: d, ctx: ctx, timeout: timeout, fn: fn, out: out}
+	f.nctx.Context, f.nctx.deadline = ctx, time.Now().Add(timeout)
 	f.left.Store(int32(calls))
 	if which == nil {
 		for i := range d.nodes {
@@ -62,6 +63,16 @@ func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, wh
 	for _, i := range which {
 		d.startJob(job{call: f, i: i})
 	}
+}
+
+// fanoutHere is fanoutInto for node i alone, the call run on the calling
+// goroutine.
+func fanoutHere[T any](d *Driver, ctx context.Context, timeout time.Duration, i int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
+	d.gate.Add(1)
+	f := &fanCall[T]{d: d, ctx: ctx, timeout: timeout, fn: fn, out: out}
+	f.nctx.Context, f.nctx.deadline = ctx, time.Now().Add(timeout)
+	f.left.Store(1)
+	f.run(i)
 }
 
 // job is one piece of work for a worker goroutine: fn, or call's call on
@@ -127,28 +138,122 @@ func (d *Driver) work(j job) {
 
 // fanCall is one fan-out's shared state.
 type fanCall[T any] struct {
-	d         *Driver
-	ctx, nctx context.Context
-	cancel    context.CancelFunc
-	timeout   time.Duration
-	fn        func(ctx context.Context, n *node) (T, error)
-	out       chan<- result[T]
-	left      atomic.Int32 // calls still running; the last cancels nctx
+	d       *Driver
+	ctx     context.Context
+	nctx    nodeCtx // the node calls' context: ctx, bounded by the node timeout
+	timeout time.Duration
+	fn      func(ctx context.Context, n *node) (T, error)
+	out     chan<- result[T]
+	left    atomic.Int32 // calls still running; the last stops nctx
 }
 
 // run is the call on node i.
 func (f *fanCall[T]) run(i int) {
 	defer f.d.gate.Done()
-	v, err := f.fn(f.nctx, f.d.nodes[i])
+	v, err := f.fn(&f.nctx, f.d.nodes[i])
 	// A late answer still counts: validity is measured by the
 	// dlock package, from the send.
 	if err != nil && f.nctx.Err() != nil && f.ctx.Err() == nil {
 		err = fmt.Errorf("no answer within the %v node timeout: %w", f.timeout, err)
 	}
 	if f.left.Add(-1) == 0 {
-		f.cancel()
+		f.nctx.stop()
 	}
 	f.out <- result[T]{i: i, v: v, err: err}
+}
+
+// nodeCtx is the context of a fan-out's node calls:
+// context.WithDeadline(Context, deadline), made lazily. What bounds a node
+// call is its deadline: go-redis (ContextTimeoutEnabled) sets every
+// command's connection deadlines from Deadline, and nothing on a node
+// call's usual path (a script call on the node's lane, or on a pooled
+// connection with a pool turn free) asks for Done. So the timer context
+// behind Done (inner) is made only when something does ask, as go-redis
+// does when it waits for a pool turn or a dial, which then ends at the
+// node timeout as before. Until then no timer is armed (arming one earlier
+// than the runtime's next one wakes its network poller, and stopping it
+// takes the timer heap's lock), and the fan-out's ctx is not asked for its
+// Done either: the dlock package makes its Lock's and Unlock's contexts'
+// cancel machinery (a context, an AfterFunc, a timer) only when a driver
+// asks for Done, which context.WithTimeout(ctx, …) always did.
+//
+// Err reports DeadlineExceeded once the deadline has passed and Canceled
+// once the fan-out's calls have all ended (stop), as the timer context
+// would; Value answers from inner once it exists, so that a context
+// derived from a nodeCtx is registered with inner's cancelCtx rather than
+// watched by a goroutine of the context package.
+type nodeCtx struct {
+	context.Context // the fan-out's ctx
+	deadline        time.Time
+
+	mu      sync.Mutex
+	inner   context.Context    // WithDeadline(Context, deadline), made by the first Done
+	cancel  context.CancelFunc // inner's
+	ready   atomic.Bool        // inner is set (read without mu)
+	stopped atomic.Bool        // stop was called
+}
+
+// Deadline is the node deadline, or ctx's if that is earlier.
+func (x *nodeCtx) Deadline() (time.Time, bool) {
+	if d, ok := x.Context.Deadline(); ok && d.Before(x.deadline) {
+		return d, true
+	}
+	return x.deadline, true
+}
+
+// innerCtx returns inner, making it if need be (ended already if x was
+// stopped).
+func (x *nodeCtx) innerCtx() context.Context {
+	if x.ready.Load() {
+		return x.inner
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.inner == nil {
+		x.inner, x.cancel = context.WithDeadline(x.Context, x.deadline)
+		if x.stopped.Load() {
+			x.cancel()
+		}
+		x.ready.Store(true)
+	}
+	return x.inner
+}
+
+func (x *nodeCtx) Done() <-chan struct{} { return x.innerCtx().Done() }
+
+func (x *nodeCtx) Err() error {
+	if x.ready.Load() {
+		return x.inner.Err()
+	}
+	if err := x.Context.Err(); err != nil {
+		return err
+	}
+	if x.stopped.Load() {
+		return context.Canceled
+	}
+	// time.Until reads only the monotonic clock.
+	if time.Until(x.deadline) <= 0 {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (x *nodeCtx) Value(key any) any {
+	if x.ready.Load() {
+		return x.inner.Value(key)
+	}
+	return x.Context.Value(key)
+}
+
+// stop ends x (Canceled) if it has not ended, and lets go of inner's
+// timer if it was made.
+func (x *nodeCtx) stop() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.stopped.Store(true)
+	if x.inner != nil {
+		x.cancel()
+	}
 }
 
 // stagger is how a woken waiter's attempt reaches the nodes: at once on
@@ -253,47 +358,42 @@ func nodesOf(m uint64) []int {
 
 // settle sets h.settled while the nodes that had not answered an acquire
 // that returned early (on a quorum, got being the answers so far) answer;
-// each node's channel is closed as its answer arrives, and h.settled is
-// dropped after the last. It must be called inside an admitted call; Close
-// waits for it. A queued waiter (ops.isQueued()) leaves the queue of the
-// late nodes that did not grant.
+// what waits for a node's answer (a release, see settling.after) runs
+// as it arrives, and h.settled is dropped after the last. It must be called
+// inside an admitted call; Close waits for it. A queued waiter
+// (ops.isQueued()) leaves the queue of the late nodes that did not grant.
 func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult]) {
 	pending := len(d.nodes) - len(got)
 	if pending == 0 {
 		return
 	}
-	// A channel only for the nodes still answering (answered marks the
-	// others meanwhile).
-	s := &settling{nodes: make([]chan struct{}, len(d.nodes))}
-	for _, r := range got {
-		s.nodes[r.i] = answered
+	s := &settling{pending: make([]bool, len(d.nodes)), then: make([][]func(int, bool), len(d.nodes))}
+	for i := range s.pending {
+		s.pending[i] = true
 	}
-	for i, c := range s.nodes {
-		if c == answered {
-			s.nodes[i] = nil
-		} else {
-			s.nodes[i] = make(chan struct{})
-		}
+	for _, r := range got {
+		s.pending[r.i] = false
 	}
 	h.settled.Store(s)
 	d.gate.Add(1)
 	d.spawn(func() {
 		defer d.gate.Done()
 		var leave []int
-		for range pending {
+		for k := range pending {
 			r := <-results
-			close(s.nodes[r.i])
+			last := k == pending-1
+			if last {
+				h.settled.Store(nil)
+			}
+			for _, f := range s.answered(r.i) {
+				f(r.i, last)
+			}
 			if r.err != nil || !r.v.Granted {
 				leave = append(leave, r.i)
 			}
 		}
-		h.settled.Store(nil)
 		if ops.isQueued() && len(leave) > 0 {
 			d.leaveNodes(ctx, ops, leave, timeout)
 		}
 	})
 }
-
-// answered stands, while settle builds a settling, for a node that has
-// answered.
-var answered = make(chan struct{})

@@ -39,22 +39,21 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		fanoutInto(d, ctx, timeout, nil, release, results)
 	} else {
 		// Each node is released once it answered the acquire (a release
-		// must not overtake it), the nodes that did at once.
-		var ready []int
-		for i, c := range s.nodes {
-			if c == nil {
-				ready = append(ready, i)
-				continue
-			}
-			d.gate.Add(1)
-			d.spawn(func() {
-				defer d.gate.Done()
-				select {
-				case <-c:
-				case <-ctx.Done():
-				}
+		// must not overtake it): the nodes that did at once, each other
+		// one by settle as its answer arrives (within the node timeout,
+		// whatever ctx), on settle's goroutine for the last of them.
+		launch := func(i int, inline bool) {
+			if inline {
+				fanoutHere(d, ctx, timeout, i, release, results)
+			} else {
 				fanoutInto(d, ctx, timeout, []int{i}, release, results)
-			})
+			}
+		}
+		var ready []int
+		for i := range d.nodes {
+			if !s.after(i, launch) {
+				ready = append(ready, i)
+			}
 		}
 		if len(ready) > 0 {
 			fanoutInto(d, ctx, timeout, ready, release, results)

@@ -40,6 +40,18 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 // fanoutInto is fanoutTo sending the results to out, which must have room
 // for them.
 func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
+	fanoutOn(d, ctx, timeout, which, fn, out, false)
+}
+
+// fanoutHere is fanoutInto running the last node call on the calling
+// goroutine (after handing the others to workers), for a caller that
+// waits for every node's answer anyway (a release): one goroutine
+// hand-off, and the wake-up that its result would cost, fewer.
+func fanoutHere[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
+	fanoutOn(d, ctx, timeout, which, fn, out, true)
+}
+
+func fanoutOn[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T], here bool) {
 	calls := len(which)
 	if which == nil {
 		calls = len(d.nodes)
@@ -54,25 +66,18 @@ func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, wh
 	f := &fanCall[T]{d: d, ctx: ctx, timeout: timeout, fn: fn, out: out}
 	f.nctx.Context, f.nctx.deadline = ctx, time.Now().Add(timeout)
 	f.left.Store(int32(calls))
-	if which == nil {
-		for i := range d.nodes {
+	last := calls - 1
+	for k := range calls {
+		i := k
+		if which != nil {
+			i = which[k]
+		}
+		if here && k == last {
+			f.run(i)
+		} else {
 			d.startJob(job{call: f, i: i})
 		}
-		return
 	}
-	for _, i := range which {
-		d.startJob(job{call: f, i: i})
-	}
-}
-
-// fanoutHere is fanoutInto for node i alone, the call run on the calling
-// goroutine.
-func fanoutHere[T any](d *Driver, ctx context.Context, timeout time.Duration, i int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
-	d.gate.Add(1)
-	f := &fanCall[T]{d: d, ctx: ctx, timeout: timeout, fn: fn, out: out}
-	f.nctx.Context, f.nctx.deadline = ctx, time.Now().Add(timeout)
-	f.left.Store(1)
-	f.run(i)
 }
 
 // job is one piece of work for a worker goroutine: fn, or call's call on
@@ -363,8 +368,30 @@ func nodesOf(m uint64) []int {
 // inside an admitted call; Close waits for it. A queued waiter
 // (ops.isQueued()) leaves the queue of the late nodes that did not grant.
 func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult]) {
+	// The answers that came in meanwhile need no goroutine to wait for
+	// them (nor a release to wait for settle).
+	var leave []int
+drain:
+	for len(got) < len(d.nodes) {
+		select {
+		case r := <-results:
+			got = append(got, r)
+			if r.err != nil || !r.v.Granted {
+				leave = append(leave, r.i)
+			}
+		default:
+			break drain
+		}
+	}
 	pending := len(d.nodes) - len(got)
 	if pending == 0 {
+		if ops.isQueued() && len(leave) > 0 {
+			d.gate.Add(1)
+			d.spawn(func() {
+				defer d.gate.Done()
+				d.leaveNodes(ctx, ops, leave, timeout)
+			})
+		}
 		return
 	}
 	s := &settling{pending: make([]bool, len(d.nodes)), then: make([][]func(int, bool), len(d.nodes))}
@@ -378,7 +405,6 @@ func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout ti
 	d.gate.Add(1)
 	d.spawn(func() {
 		defer d.gate.Done()
-		var leave []int
 		for k := range pending {
 			r := <-results
 			last := k == pending-1

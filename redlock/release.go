@@ -35,8 +35,10 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if h, ok := l.Handle.(*handle); ok && h != nil {
 		s = h.settled.Load()
 	}
+	// The last node's release runs on this goroutine, which waits for
+	// every node anyway.
 	if s == nil {
-		fanoutInto(d, ctx, timeout, nil, release, results)
+		fanoutHere(d, ctx, timeout, nil, release, results)
 	} else {
 		// Each node is released once it answered the acquire (a release
 		// must not overtake it): the nodes that did at once, each other
@@ -44,7 +46,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		// whatever ctx), on settle's goroutine for the last of them.
 		launch := func(i int, inline bool) {
 			if inline {
-				fanoutHere(d, ctx, timeout, i, release, results)
+				fanoutHere(d, ctx, timeout, []int{i}, release, results)
 			} else {
 				fanoutInto(d, ctx, timeout, []int{i}, release, results)
 			}
@@ -56,7 +58,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 			}
 		}
 		if len(ready) > 0 {
-			fanoutInto(d, ctx, timeout, ready, release, results)
+			fanoutHere(d, ctx, timeout, ready, release, results)
 		}
 	}
 	remaining, held, notHeld := 0, 0, 0

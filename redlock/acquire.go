@@ -91,7 +91,14 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 		late = d.launchEarly(ctx, ops, timeout, st)
 		results = late.out
 	} else {
-		results = fanout(d, ctx, timeout, ops.acquire)
+		// No decision can be made on fewer answers than the smaller of a
+		// quorum (of grants) and N − quorum + 1 (refusals): wait for that
+		// many at once, woken once rather than once per answer.
+		out := make(chan result[redisscript.AcquireResult], n)
+		first := newCountdown(min(d.quorum, n-d.quorum+1))
+		fanoutOn(d, ctx, timeout, nil, ops.acquire, out, false, first)
+		<-first.done
+		results = out
 	}
 	got := make([]result[redisscript.AcquireResult], 0, n)
 	var (

@@ -40,18 +40,16 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 // fanoutInto is fanoutTo sending the results to out, which must have room
 // for them.
 func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
-	fanoutOn(d, ctx, timeout, which, fn, out, false)
+	fanoutOn(d, ctx, timeout, which, fn, out, false, nil)
 }
 
-// fanoutHere is fanoutInto running the last node call on the calling
-// goroutine (after handing the others to workers), for a caller that
-// waits for every node's answer anyway (a release): one goroutine
-// hand-off, and the wake-up that its result would cost, fewer.
-func fanoutHere[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
-	fanoutOn(d, ctx, timeout, which, fn, out, true)
-}
-
-func fanoutOn[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T], here bool) {
+// fanoutOn is fanoutInto, with two options for a caller that waits for
+// every node's answer anyway (a release). here runs the last node call on
+// the calling goroutine (after handing the others to workers): one
+// goroutine hand-off fewer; the acquire's fan-out returns on a quorum,
+// which a node call on its goroutine would hold up. all, if not nil, is
+// told of each result sent to out (see countdown).
+func fanoutOn[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T], here bool, all *countdown) {
 	calls := len(which)
 	if which == nil {
 		calls = len(d.nodes)
@@ -63,7 +61,7 @@ func fanoutOn[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 	// One deadline for all the node calls (they start together). The
 	// calls share one record, their context included, so that each
 	// goroutine captures little.
-	f := &fanCall[T]{d: d, ctx: ctx, timeout: timeout, fn: fn, out: out}
+	f := &fanCall[T]{d: d, ctx: ctx, timeout: timeout, fn: fn, out: out, all: all}
 	f.nctx.Context, f.nctx.deadline = ctx, time.Now().Add(timeout)
 	f.left.Store(int32(calls))
 	last := calls - 1
@@ -149,7 +147,29 @@ type fanCall[T any] struct {
 	timeout time.Duration
 	fn      func(ctx context.Context, n *node) (T, error)
 	out     chan<- result[T]
+	all     *countdown   // if not nil, told of each result sent to out
 	left    atomic.Int32 // calls still running; the last stops nctx
+}
+
+// countdown is closed once as many results as it was made for were sent:
+// a caller that needs every node's answer waits for it, and is woken once,
+// rather than once per answer that finds it waiting.
+type countdown struct {
+	left atomic.Int32
+	done chan struct{}
+}
+
+func newCountdown(n int) *countdown {
+	c := &countdown{done: make(chan struct{})}
+	c.left.Store(int32(n))
+	return c
+}
+
+// sent counts one result down.
+func (c *countdown) sent() {
+	if c.left.Add(-1) == 0 {
+		close(c.done)
+	}
 }
 
 // run is the call on node i.
@@ -165,6 +185,9 @@ func (f *fanCall[T]) run(i int) {
 		f.nctx.stop()
 	}
 	f.out <- result[T]{i: i, v: v, err: err}
+	if f.all != nil {
+		f.all.sent()
+	}
 }
 
 // nodeCtx is the context of a fan-out's node calls:

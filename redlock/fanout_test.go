@@ -155,3 +155,22 @@ func TestNodeCtxDeadline(t *testing.T) {
 		t.Fatalf("the node calls' context after they ended: %v, want Canceled", err)
 	}
 }
+
+// TestCountdown: a countdown is done once as many results as it was made
+// for were sent, not before, and later ones leave it done.
+func TestCountdown(t *testing.T) {
+	c := newCountdown(2)
+	c.sent()
+	select {
+	case <-c.done:
+		t.Fatal("done after 1 of 2")
+	default:
+	}
+	c.sent()
+	select {
+	case <-c.done:
+	default:
+		t.Fatal("not done after 2 of 2")
+	}
+	c.sent() // a third answer (an acquire waits for the first 2 of 3)
+}

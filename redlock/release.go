@@ -31,6 +31,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return rel{r, held}, err
 	}
 	results := make(chan result[rel], len(d.nodes))
+	all := newCountdown(len(d.nodes))
 	var s *settling
 	if h, ok := l.Handle.(*handle); ok && h != nil {
 		s = h.settled.Load()
@@ -38,18 +39,14 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	// The last node's release runs on this goroutine, which waits for
 	// every node anyway.
 	if s == nil {
-		fanoutHere(d, ctx, timeout, nil, release, results)
+		fanoutOn(d, ctx, timeout, nil, release, results, true, all)
 	} else {
 		// Each node is released once it answered the acquire (a release
 		// must not overtake it): the nodes that did at once, each other
 		// one by settle as its answer arrives (within the node timeout,
 		// whatever ctx), on settle's goroutine for the last of them.
 		launch := func(i int, inline bool) {
-			if inline {
-				fanoutHere(d, ctx, timeout, []int{i}, release, results)
-			} else {
-				fanoutInto(d, ctx, timeout, []int{i}, release, results)
-			}
+			fanoutOn(d, ctx, timeout, []int{i}, release, results, inline, all)
 		}
 		var ready []int
 		for i := range d.nodes {
@@ -58,9 +55,10 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 			}
 		}
 		if len(ready) > 0 {
-			fanoutHere(d, ctx, timeout, ready, release, results)
+			fanoutOn(d, ctx, timeout, ready, release, results, true, all)
 		}
 	}
+	<-all.done // every answer is in results
 	remaining, held, notHeld := 0, 0, 0
 	var firstErr error
 	for range d.nodes {

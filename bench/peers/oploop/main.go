@@ -8,9 +8,9 @@
 //	perf stat -e raw_syscalls:sys_enter oploop -peer redsync -nodes ... -n 4000
 //	oploop -peer dlock,redsync -nodes ... -n 4000
 //
-// With several peers (comma-separated) their ops are interleaved as in the
-// peer harness (one op of each per round, the first rotating), and the CPU
-// figures are those of all of them together. Setup (connections, script
+// With several peers (comma-separated: dlock, redsync, floor) their ops are
+// interleaved as in the peer harness (one op of each per round, the first
+// rotating), and the CPU figures are those of all of them together. Setup (connections, script
 // loads) is outside the loop but inside a trace: run it with two values of
 // -n and take the difference per op.
 package main
@@ -34,11 +34,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/bench/floor"
 	_ "github.com/dlock/dlock/redlock"
 )
 
 func main() {
-	peers := flag.String("peer", "dlock", "dlock, redsync, or both comma-separated (interleaved)")
+	peers := flag.String("peer", "dlock", "dlock, redsync or floor (SET NX PX + DEL on every node), or several comma-separated (interleaved)")
 	nodes := flag.String("nodes", "", "host:port of each Redis master, comma-separated")
 	query := flag.String("query", "", "query of dlock's redlock:// URL")
 	n := flag.Int("n", 2000, "Lock+Unlock ops counted (of each peer)")
@@ -144,6 +145,12 @@ func open(ctx context.Context, peer string, addrs []string, query string) (func(
 			}
 			return l.Unlock(ctx)
 		}, func() { _ = c.Close() }, nil
+	case "floor":
+		f, err := floor.Open(ctx, "redlock://"+strings.Join(addrs, ",")+"/0")
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-floor") }, func() { _ = f.Close() }, nil
 	case "redsync":
 		var pools []rsredis.Pool
 		var cs []*redis.Client

@@ -87,6 +87,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 	n := len(d.nodes)
 	var results <-chan result[redisscript.AcquireResult]
 	var late *lateCalls
+	var sink *countdown // the node calls' countdown (not staggered)
 	if st != nil && st.first != 0 && bits.OnesCount64(st.first) < d.quorum && st.first < 1<<n {
 		late = d.launchEarly(ctx, ops, timeout, st)
 		results = late.out
@@ -95,9 +96,9 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 		// quorum (of grants) and N − quorum + 1 (refusals): wait for that
 		// many at once, woken once rather than once per answer.
 		out := make(chan result[redisscript.AcquireResult], n)
-		first := newCountdown(min(d.quorum, n-d.quorum+1))
-		fanoutOn(d, ctx, timeout, nil, ops.acquire, out, false, first)
-		<-first.done
+		sink = newCountdown(min(d.quorum, n-d.quorum+1))
+		fanoutOn(d, ctx, timeout, nil, ops.acquire, out, false, sink)
+		<-sink.done
 		results = out
 	}
 	got := make([]result[redisscript.AcquireResult], 0, n)
@@ -178,7 +179,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 				}
 			}
 			h := &handle{ref: ops.ref, kind: ops.kind}
-			d.settle(ctx, h, ops, timeout, results, got)
+			d.settle(ctx, h, ops, timeout, results, got, sink)
 			key := ops.keys.Lock
 			if ops.kind != nil {
 				// The writer's key, or the readers' set.

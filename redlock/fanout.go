@@ -157,6 +157,11 @@ type fanCall[T any] struct {
 type countdown struct {
 	left atomic.Int32
 	done chan struct{}
+	// then, if set (under mu, by settle), is run by each node call after
+	// it sent its result (under mu), on that call's goroutine: it takes
+	// one result.
+	mu   sync.Mutex
+	then func()
 }
 
 func newCountdown(n int) *countdown {
@@ -184,9 +189,19 @@ func (f *fanCall[T]) run(i int) {
 	if f.left.Add(-1) == 0 {
 		f.nctx.stop()
 	}
-	f.out <- result[T]{i: i, v: v, err: err}
-	if f.all != nil {
-		f.all.sent()
+	r := result[T]{i: i, v: v, err: err}
+	a := f.all
+	if a == nil {
+		f.out <- r
+		return
+	}
+	a.mu.Lock()
+	f.out <- r
+	then := a.then
+	a.mu.Unlock()
+	a.sent()
+	if then != nil {
+		then()
 	}
 }
 
@@ -390,9 +405,19 @@ func nodesOf(m uint64) []int {
 // as it arrives, and h.settled is dropped after the last. It must be called
 // inside an admitted call; Close waits for it. A queued waiter
 // (ops.isQueued()) leaves the queue of the late nodes that did not grant.
-func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult]) {
-	// The answers that came in meanwhile need no goroutine to wait for
-	// them (nor a release to wait for settle).
+//
+// With sink, the countdown of every node call sending to results (the
+// attempt's fan-out), the late answers are handled by the node calls that
+// bring them, on their own goroutines (sink.then): a release waiting for
+// one runs there at once, without a hand-off. Without it (a staggered
+// attempt's calls), a goroutine waits for them.
+func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult], sink *countdown) {
+	if sink != nil {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
+	}
+	// The answers that came in meanwhile need no one to wait for them
+	// (nor a release to wait for settle).
 	var leave []int
 drain:
 	for len(got) < len(d.nodes) {
@@ -426,23 +451,38 @@ drain:
 	}
 	h.settled.Store(s)
 	d.gate.Add(1)
-	d.spawn(func() {
-		defer d.gate.Done()
-		for k := range pending {
-			r := <-results
-			last := k == pending-1
-			if last {
-				h.settled.Store(nil)
-			}
-			for _, f := range s.answered(r.i) {
-				f(r.i, last)
-			}
-			if r.err != nil || !r.v.Granted {
-				leave = append(leave, r.i)
-			}
+	var mu sync.Mutex // guards left and leave
+	left := pending
+	// answer handles one late answer; run is whether what waited for it
+	// may run on this goroutine (else it is handed to a worker).
+	answer := func(r result[redisscript.AcquireResult], run bool) {
+		mu.Lock()
+		left--
+		last := left == 0
+		if r.err != nil || !r.v.Granted {
+			leave = append(leave, r.i)
 		}
-		if ops.isQueued() && len(leave) > 0 {
-			d.leaveNodes(ctx, ops, leave, timeout)
+		mu.Unlock()
+		if last {
+			h.settled.Store(nil)
+		}
+		for _, f := range s.answered(r.i) {
+			f(r.i, run || last)
+		}
+		if last {
+			if ops.isQueued() && len(leave) > 0 {
+				d.leaveNodes(ctx, ops, leave, timeout)
+			}
+			d.gate.Done()
+		}
+	}
+	if sink != nil {
+		sink.then = func() { answer(<-results, true) }
+		return
+	}
+	d.spawn(func() {
+		for range pending {
+			answer(<-results, false)
 		}
 	})
 }

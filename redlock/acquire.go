@@ -87,11 +87,19 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 	n := len(d.nodes)
 	var results <-chan result[redisscript.AcquireResult]
 	var late *lateCalls
+	var sink *countdown // the node calls' countdown (not staggered)
 	if st != nil && st.first != 0 && bits.OnesCount64(st.first) < d.quorum && st.first < 1<<n {
 		late = d.launchEarly(ctx, ops, timeout, st)
 		results = late.out
 	} else {
-		results = fanout(d, ctx, timeout, ops.acquire)
+		// No decision can be made on fewer answers than the smaller of a
+		// quorum (of grants) and N − quorum + 1 (refusals): wait for that
+		// many at once, woken once rather than once per answer.
+		out := make(chan result[redisscript.AcquireResult], n)
+		sink = newCountdown(min(d.quorum, n-d.quorum+1))
+		fanoutOn(d, ctx, timeout, nil, ops.acquire, out, false, sink)
+		<-sink.done
+		results = out
 	}
 	got := make([]result[redisscript.AcquireResult], 0, n)
 	var (
@@ -171,7 +179,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 				}
 			}
 			h := &handle{ref: ops.ref, kind: ops.kind}
-			d.settle(ctx, h, ops, timeout, results, got)
+			d.settle(ctx, h, ops, timeout, results, got, sink)
 			key := ops.keys.Lock
 			if ops.kind != nil {
 				// The writer's key, or the readers' set.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,16 @@ func fanoutTo[T any](d *Driver, ctx context.Context, timeout time.Duration, whic
 // fanoutInto is fanoutTo sending the results to out, which must have room
 // for them.
 func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T]) {
+	fanoutOn(d, ctx, timeout, which, fn, out, false, nil)
+}
+
+// fanoutOn is fanoutInto, with two options for a caller that waits for
+// every node's answer anyway (a release). here runs the last node call on
+// the calling goroutine (after handing the others to workers): one
+// goroutine hand-off fewer; the acquire's fan-out returns on a quorum,
+// which a node call on its goroutine would hold up. all, if not nil, is
+// told of each result sent to out (see countdown).
+func fanoutOn[T any](d *Driver, ctx context.Context, timeout time.Duration, which []int, fn func(ctx context.Context, n *node) (T, error), out chan<- result[T], here bool, all *countdown) {
 	calls := len(which)
 	if which == nil {
 		calls = len(d.nodes)
@@ -47,20 +58,23 @@ func fanoutInto[T any](d *Driver, ctx context.Context, timeout time.Duration, wh
 		return
 	}
 	d.gate.Add(calls)
-	// One deadline for all the node calls (they start together): one
-	// timer rather than one per node. The calls share one record, so
-	// that each goroutine captures little.
-	nctx, cancel := context.WithTimeout(ctx, timeout)
-	f := &fanCall[T]{d: d, ctx: ctx, nctx: nctx, cancel: cancel, timeout: timeout, fn: fn, out: out}
+	// One deadline for all the node calls (they start together). The
+	// calls share one record, their context included, so that each
+	// goroutine captures little.
+	f := &fanCall[T]{d: d, ctx: ctx, timeout: timeout, fn: fn, out: out, all: all}
+	f.nctx.Context, f.nctx.deadline = ctx, time.Now().Add(timeout)
 	f.left.Store(int32(calls))
-	if which == nil {
-		for i := range d.nodes {
+	last := calls - 1
+	for k := range calls {
+		i := k
+		if which != nil {
+			i = which[k]
+		}
+		if here && k == last {
+			f.run(i)
+		} else {
 			d.startJob(job{call: f, i: i})
 		}
-		return
-	}
-	for _, i := range which {
-		d.startJob(job{call: f, i: i})
 	}
 }
 
@@ -127,28 +141,162 @@ func (d *Driver) work(j job) {
 
 // fanCall is one fan-out's shared state.
 type fanCall[T any] struct {
-	d         *Driver
-	ctx, nctx context.Context
-	cancel    context.CancelFunc
-	timeout   time.Duration
-	fn        func(ctx context.Context, n *node) (T, error)
-	out       chan<- result[T]
-	left      atomic.Int32 // calls still running; the last cancels nctx
+	d       *Driver
+	ctx     context.Context
+	nctx    nodeCtx // the node calls' context: ctx, bounded by the node timeout
+	timeout time.Duration
+	fn      func(ctx context.Context, n *node) (T, error)
+	out     chan<- result[T]
+	all     *countdown   // if not nil, told of each result sent to out
+	left    atomic.Int32 // calls still running; the last stops nctx
+}
+
+// countdown is closed once as many results as it was made for were sent:
+// a caller that needs every node's answer waits for it, and is woken once,
+// rather than once per answer that finds it waiting.
+type countdown struct {
+	left atomic.Int32
+	done chan struct{}
+	// then, if set (under mu, by settle), is run by each node call after
+	// it sent its result (under mu), on that call's goroutine: it takes
+	// one result.
+	mu   sync.Mutex
+	then func()
+}
+
+func newCountdown(n int) *countdown {
+	c := &countdown{done: make(chan struct{})}
+	c.left.Store(int32(n))
+	return c
+}
+
+// sent counts one result down.
+func (c *countdown) sent() {
+	if c.left.Add(-1) == 0 {
+		close(c.done)
+	}
 }
 
 // run is the call on node i.
 func (f *fanCall[T]) run(i int) {
 	defer f.d.gate.Done()
-	v, err := f.fn(f.nctx, f.d.nodes[i])
+	v, err := f.fn(&f.nctx, f.d.nodes[i])
 	// A late answer still counts: validity is measured by the
 	// dlock package, from the send.
 	if err != nil && f.nctx.Err() != nil && f.ctx.Err() == nil {
 		err = fmt.Errorf("no answer within the %v node timeout: %w", f.timeout, err)
 	}
 	if f.left.Add(-1) == 0 {
-		f.cancel()
+		f.nctx.stop()
 	}
-	f.out <- result[T]{i: i, v: v, err: err}
+	r := result[T]{i: i, v: v, err: err}
+	a := f.all
+	if a == nil {
+		f.out <- r
+		return
+	}
+	a.mu.Lock()
+	f.out <- r
+	then := a.then
+	a.mu.Unlock()
+	a.sent()
+	if then != nil {
+		then()
+	}
+}
+
+// nodeCtx is the context of a fan-out's node calls:
+// context.WithDeadline(Context, deadline), made lazily. What bounds a node
+// call is its deadline: go-redis (ContextTimeoutEnabled) sets every
+// command's connection deadlines from Deadline, and nothing on a node
+// call's usual path (a script call on the node's lane, or on a pooled
+// connection with a pool turn free) asks for Done. So the timer context
+// behind Done (inner) is made only when something does ask, as go-redis
+// does when it waits for a pool turn or a dial, which then ends at the
+// node timeout as before. Until then no timer is armed (arming one earlier
+// than the runtime's next one wakes its network poller, and stopping it
+// takes the timer heap's lock), and the fan-out's ctx is not asked for its
+// Done either: the dlock package makes its Lock's and Unlock's contexts'
+// cancel machinery (a context, an AfterFunc, a timer) only when a driver
+// asks for Done, which context.WithTimeout(ctx, …) always did.
+//
+// Err reports DeadlineExceeded once the deadline has passed and Canceled
+// once the fan-out's calls have all ended (stop), as the timer context
+// would; Value answers from inner once it exists, so that a context
+// derived from a nodeCtx is registered with inner's cancelCtx rather than
+// watched by a goroutine of the context package.
+type nodeCtx struct {
+	context.Context // the fan-out's ctx
+	deadline        time.Time
+
+	mu      sync.Mutex
+	inner   context.Context    // WithDeadline(Context, deadline), made by the first Done
+	cancel  context.CancelFunc // inner's
+	ready   atomic.Bool        // inner is set (read without mu)
+	stopped atomic.Bool        // stop was called
+}
+
+// Deadline is the node deadline, or ctx's if that is earlier.
+func (x *nodeCtx) Deadline() (time.Time, bool) {
+	if d, ok := x.Context.Deadline(); ok && d.Before(x.deadline) {
+		return d, true
+	}
+	return x.deadline, true
+}
+
+// innerCtx returns inner, making it if need be (ended already if x was
+// stopped).
+func (x *nodeCtx) innerCtx() context.Context {
+	if x.ready.Load() {
+		return x.inner
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.inner == nil {
+		x.inner, x.cancel = context.WithDeadline(x.Context, x.deadline)
+		if x.stopped.Load() {
+			x.cancel()
+		}
+		x.ready.Store(true)
+	}
+	return x.inner
+}
+
+func (x *nodeCtx) Done() <-chan struct{} { return x.innerCtx().Done() }
+
+func (x *nodeCtx) Err() error {
+	if x.ready.Load() {
+		return x.inner.Err()
+	}
+	if err := x.Context.Err(); err != nil {
+		return err
+	}
+	if x.stopped.Load() {
+		return context.Canceled
+	}
+	// time.Until reads only the monotonic clock.
+	if time.Until(x.deadline) <= 0 {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (x *nodeCtx) Value(key any) any {
+	if x.ready.Load() {
+		return x.inner.Value(key)
+	}
+	return x.Context.Value(key)
+}
+
+// stop ends x (Canceled) if it has not ended, and lets go of inner's
+// timer if it was made.
+func (x *nodeCtx) stop() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.stopped.Store(true)
+	if x.inner != nil {
+		x.cancel()
+	}
 }
 
 // stagger is how a woken waiter's attempt reaches the nodes: at once on
@@ -253,47 +401,88 @@ func nodesOf(m uint64) []int {
 
 // settle sets h.settled while the nodes that had not answered an acquire
 // that returned early (on a quorum, got being the answers so far) answer;
-// each node's channel is closed as its answer arrives, and h.settled is
-// dropped after the last. It must be called inside an admitted call; Close
-// waits for it. A queued waiter (ops.isQueued()) leaves the queue of the
-// late nodes that did not grant.
-func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult]) {
-	pending := len(d.nodes) - len(got)
-	if pending == 0 {
-		return
+// what waits for a node's answer (a release, see settling.after) runs
+// as it arrives, and h.settled is dropped after the last. It must be called
+// inside an admitted call; Close waits for it. A queued waiter
+// (ops.isQueued()) leaves the queue of the late nodes that did not grant.
+//
+// With sink, the countdown of every node call sending to results (the
+// attempt's fan-out), the late answers are handled by the node calls that
+// bring them, on their own goroutines (sink.then): a release waiting for
+// one runs there at once, without a hand-off. Without it (a staggered
+// attempt's calls), a goroutine waits for them.
+func (d *Driver) settle(ctx context.Context, h *handle, ops *lockOps, timeout time.Duration, results <-chan result[redisscript.AcquireResult], got []result[redisscript.AcquireResult], sink *countdown) {
+	if sink != nil {
+		sink.mu.Lock()
+		defer sink.mu.Unlock()
 	}
-	// A channel only for the nodes still answering (answered marks the
-	// others meanwhile).
-	s := &settling{nodes: make([]chan struct{}, len(d.nodes))}
-	for _, r := range got {
-		s.nodes[r.i] = answered
-	}
-	for i, c := range s.nodes {
-		if c == answered {
-			s.nodes[i] = nil
-		} else {
-			s.nodes[i] = make(chan struct{})
-		}
-	}
-	h.settled.Store(s)
-	d.gate.Add(1)
-	d.spawn(func() {
-		defer d.gate.Done()
-		var leave []int
-		for range pending {
-			r := <-results
-			close(s.nodes[r.i])
+	// The answers that came in meanwhile need no one to wait for them
+	// (nor a release to wait for settle).
+	var leave []int
+drain:
+	for len(got) < len(d.nodes) {
+		select {
+		case r := <-results:
+			got = append(got, r)
 			if r.err != nil || !r.v.Granted {
 				leave = append(leave, r.i)
 			}
+		default:
+			break drain
 		}
-		h.settled.Store(nil)
+	}
+	pending := len(d.nodes) - len(got)
+	if pending == 0 {
 		if ops.isQueued() && len(leave) > 0 {
-			d.leaveNodes(ctx, ops, leave, timeout)
+			d.gate.Add(1)
+			d.spawn(func() {
+				defer d.gate.Done()
+				d.leaveNodes(ctx, ops, leave, timeout)
+			})
+		}
+		return
+	}
+	s := &settling{pending: make([]bool, len(d.nodes)), then: make([][]func(int, bool), len(d.nodes))}
+	for i := range s.pending {
+		s.pending[i] = true
+	}
+	for _, r := range got {
+		s.pending[r.i] = false
+	}
+	h.settled.Store(s)
+	d.gate.Add(1)
+	var mu sync.Mutex // guards left and leave
+	left := pending
+	// answer handles one late answer; run is whether what waited for it
+	// may run on this goroutine (else it is handed to a worker).
+	answer := func(r result[redisscript.AcquireResult], run bool) {
+		mu.Lock()
+		left--
+		last := left == 0
+		if r.err != nil || !r.v.Granted {
+			leave = append(leave, r.i)
+		}
+		mu.Unlock()
+		if last {
+			h.settled.Store(nil)
+		}
+		for _, f := range s.answered(r.i) {
+			f(r.i, run || last)
+		}
+		if last {
+			if ops.isQueued() && len(leave) > 0 {
+				d.leaveNodes(ctx, ops, leave, timeout)
+			}
+			d.gate.Done()
+		}
+	}
+	if sink != nil {
+		sink.then = func() { answer(<-results, true) }
+		return
+	}
+	d.spawn(func() {
+		for range pending {
+			answer(<-results, false)
 		}
 	})
 }
-
-// answered stands, while settle builds a settling, for a node that has
-// answered.
-var answered = make(chan struct{})

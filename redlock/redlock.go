@@ -286,9 +286,37 @@ type handle struct {
 
 // settling is a grant's acquire while some nodes have not answered.
 type settling struct {
-	// nodes, by node, are closed when that node answers; nil for a node
-	// that had answered when the grant was returned.
-	nodes []chan struct{}
+	mu sync.Mutex
+	// pending, by node, is set while that node has not answered.
+	pending []bool
+	// then, by node, are what to run once that node answers (a release,
+	// see after), on settle's goroutine, given the node; inline tells
+	// that it is the last node settle waited for, so that the call may
+	// run there rather than on another worker.
+	then [][]func(i int, inline bool)
+}
+
+// after arranges for f to run once node i has answered the acquire, on
+// settle's goroutine, and reports true; if node i has answered already it
+// reports false and does nothing (the caller goes ahead at once).
+func (s *settling) after(i int, f func(i int, inline bool)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.pending[i] {
+		return false
+	}
+	s.then[i] = append(s.then[i], f)
+	return true
+}
+
+// answered records node i's answer and returns what was waiting for it.
+func (s *settling) answered(i int) []func(i int, inline bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending[i] = false
+	fs := s.then[i]
+	s.then[i] = nil
+	return fs
 }
 
 // Limits reports millisecond TTL granularity (PX).

@@ -31,35 +31,34 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 		return rel{r, held}, err
 	}
 	results := make(chan result[rel], len(d.nodes))
+	all := newCountdown(len(d.nodes))
 	var s *settling
 	if h, ok := l.Handle.(*handle); ok && h != nil {
 		s = h.settled.Load()
 	}
+	// The last node's release runs on this goroutine, which waits for
+	// every node anyway.
 	if s == nil {
-		fanoutInto(d, ctx, timeout, nil, release, results)
+		fanoutOn(d, ctx, timeout, nil, release, results, true, all)
 	} else {
 		// Each node is released once it answered the acquire (a release
-		// must not overtake it), the nodes that did at once.
+		// must not overtake it): the nodes that did at once, each other
+		// one by settle as its answer arrives (within the node timeout,
+		// whatever ctx), on settle's goroutine for the last of them.
+		launch := func(i int, inline bool) {
+			fanoutOn(d, ctx, timeout, []int{i}, release, results, inline, all)
+		}
 		var ready []int
-		for i, c := range s.nodes {
-			if c == nil {
+		for i := range d.nodes {
+			if !s.after(i, launch) {
 				ready = append(ready, i)
-				continue
 			}
-			d.gate.Add(1)
-			d.spawn(func() {
-				defer d.gate.Done()
-				select {
-				case <-c:
-				case <-ctx.Done():
-				}
-				fanoutInto(d, ctx, timeout, []int{i}, release, results)
-			})
 		}
 		if len(ready) > 0 {
-			fanoutInto(d, ctx, timeout, ready, release, results)
+			fanoutOn(d, ctx, timeout, ready, release, results, true, all)
 		}
 	}
+	<-all.done // every answer is in results
 	remaining, held, notHeld := 0, 0, 0
 	var firstErr error
 	for range d.nodes {

@@ -1,0 +1,212 @@
+// Command oploop runs uncontended Lock+Unlock in a loop and nothing else,
+// so that what one op costs can be counted from outside: system calls
+// (`perf stat -e 'syscalls:sys_enter_*'`, `strace -f -c`), a CPU profile
+// (-cpuprofile), and the process's and the nodes' CPU per op, which it
+// prints itself (the nodes' from INFO cpu).
+//
+//	oploop -peer dlock -nodes 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 -n 4000
+//	perf stat -e raw_syscalls:sys_enter oploop -peer redsync -nodes ... -n 4000
+//	oploop -peer dlock,redsync -nodes ... -n 4000
+//
+// With several peers (comma-separated: dlock, redsync, floor) their ops are
+// interleaved as in the peer harness (one op of each per round, the first
+// rotating), and the CPU figures are those of all of them together. Setup (connections, script
+// loads) is outside the loop but inside a trace: run it with two values of
+// -n and take the difference per op.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	dlock "github.com/dlock/dlock"
+	"github.com/dlock/dlock/bench/floor"
+	_ "github.com/dlock/dlock/redlock"
+)
+
+func main() {
+	peers := flag.String("peer", "dlock", "dlock, redsync or floor (SET NX PX + DEL on every node), or several comma-separated (interleaved)")
+	nodes := flag.String("nodes", "", "host:port of each Redis master, comma-separated")
+	query := flag.String("query", "", "query of dlock's redlock:// URL")
+	n := flag.Int("n", 2000, "Lock+Unlock ops counted (of each peer)")
+	warm := flag.Int("warm", 50, "Lock+Unlock ops run before the counted ones (of each peer)")
+	opTimeout := flag.Duration("op-timeout", time.Minute, "each op's context.WithTimeout, as the peer harness gives it (0: context.Background)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the counted loop to this file")
+	flag.Parse()
+	if *nodes == "" {
+		fmt.Fprintln(os.Stderr, "oploop: -nodes is required")
+		os.Exit(64)
+	}
+	addrs := strings.Split(*nodes, ",")
+	ctx := context.Background()
+	names := strings.Split(*peers, ",")
+	ops := make([]func(ctx context.Context) error, len(names))
+	for i, name := range names {
+		op, closer, err := open(ctx, name, addrs, *query)
+		if err != nil {
+			fail(err)
+		}
+		defer closer()
+		ops[i] = op
+	}
+	run := func(op func(context.Context) error) (time.Duration, error) {
+		if *opTimeout <= 0 {
+			t0 := time.Now()
+			err := op(ctx)
+			return time.Since(t0), err
+		}
+		t0 := time.Now()
+		octx, cancel := context.WithTimeout(ctx, *opTimeout)
+		err := op(octx)
+		cancel()
+		return time.Since(t0), err
+	}
+	for range *warm {
+		for _, op := range ops {
+			if _, err := run(op); err != nil {
+				fail(err)
+			}
+		}
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	admins := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		admins[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer admins[i].Close()
+	}
+	ds := make([][]time.Duration, len(ops))
+	s0 := nodesCPU(ctx, admins)
+	c0 := cpu()
+	t0 := time.Now()
+	for round := range *n {
+		for k := range ops {
+			i := (k + round) % len(ops)
+			d, err := run(ops[i])
+			if err != nil {
+				fail(err)
+			}
+			ds[i] = append(ds[i], d)
+		}
+	}
+	wall := time.Since(t0)
+	c1 := cpu()
+	s1 := nodesCPU(ctx, admins)
+	all := *n * len(ops)
+	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 / float64(all) }
+	var p50s []string
+	for i, d := range ds {
+		sort.Slice(d, func(a, b int) bool { return d[a] < d[b] })
+		p50s = append(p50s, fmt.Sprintf("%s p50 %.1f µs", names[i], float64(d[len(d)/2].Nanoseconds())/1000))
+	}
+	fmt.Printf("%s; %d ops: mean %.1f µs, client CPU %.1f µs/op, nodes' CPU %.1f µs/op\n",
+		strings.Join(p50s, ", "), all, per(wall), per(c1-c0), per(s1-s0))
+}
+
+// open returns peer's Lock+Unlock on a lock of its own.
+func open(ctx context.Context, peer string, addrs []string, query string) (func(context.Context) error, func(), error) {
+	switch peer {
+	case "dlock":
+		u := "redlock://" + strings.Join(addrs, ",") + "/0"
+		if query != "" {
+			u += "?" + query
+		}
+		c, err := dlock.Open(ctx, u)
+		if err != nil {
+			return nil, nil, err
+		}
+		m := c.NewMutex("oploop-dlock", nil)
+		return func(ctx context.Context) error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}, func() { _ = c.Close() }, nil
+	case "floor":
+		f, err := floor.Open(ctx, "redlock://"+strings.Join(addrs, ",")+"/0")
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-floor") }, func() { _ = f.Close() }, nil
+	case "redsync":
+		var pools []rsredis.Pool
+		var cs []*redis.Client
+		for _, a := range addrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			cs = append(cs, c)
+			pools = append(pools, goredis.NewPool(c))
+		}
+		rs := redsync.New(pools...)
+		// As bench/peers's contender: a new Mutex per Lock.
+		return func(ctx context.Context) error {
+				m := rs.NewMutex("oploop-redsync", redsync.WithExpiry(30*time.Second), redsync.WithTries(math.MaxInt32))
+				if err := m.LockContext(ctx); err != nil {
+					return err
+				}
+				_, err := m.UnlockContext(ctx)
+				return err
+			}, func() {
+				for _, c := range cs {
+					_ = c.Close()
+				}
+			}, nil
+	}
+	return nil, nil, fmt.Errorf("unknown peer %q", peer)
+}
+
+// cpu is the process's user + system CPU time.
+func cpu() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// nodesCPU is the nodes' redis-server processes' user + system CPU time
+// (INFO cpu), summed.
+func nodesCPU(ctx context.Context, cs []*redis.Client) time.Duration {
+	var sum time.Duration
+	for _, c := range cs {
+		info, err := c.Info(ctx, "cpu").Result()
+		if err != nil {
+			fail(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+				f, _ := strconv.ParseFloat(v, 64)
+				sum += time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	return sum
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "oploop: %v\n", err)
+	os.Exit(1)
+}

@@ -1,10 +1,11 @@
 package mysqllock
 
 import (
-	"context"
 	"testing"
 	"time"
 
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 	"github.com/dlock/dlock/internal/testwait"
 )
 
@@ -15,22 +16,10 @@ import (
 //	go test -c -o mysqllock.test ./mysqllock
 //	strace -f -e trace=write ./mysqllock.test -test.run XXX -test.bench 'Uncontended/getlock' -test.benchtime 300x 2>&1 | grep -c '"\\1\\0\\0\\0\\0\\0\\0\\0", 8'
 func BenchmarkUncontended(b *testing.B) {
-	for _, mode := range []Mode{ModeLease, ModeGetLock, ModeRowLock} {
-		b.Run(string(mode), func(b *testing.B) {
-			ctx := context.Background()
-			_, c := benchDriver(b, mode)
-			m := c.NewMutex(randomName("uncontended"), nil)
-			for b.Loop() {
-				l, err := m.TryLock(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	sqltest.Uncontended(b, []string{"lease", "getlock", "rowlock"}, func(b *testing.B, mode string) *dlock.Client {
+		_, c := benchDriver(b, Mode(mode))
+		return c
+	})
 }
 
 // TestLeaseSignalNoTimer: an uncontended lease grant and its release

@@ -1,7 +1,6 @@
 package pglock
 
 import (
-	"context"
 	"testing"
 
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
@@ -24,12 +23,6 @@ func TestSessionLockStartsNoGoroutine(t *testing.T) {
 
 // TestSessionLossAfterSharedSignal: see sqltest.SharedLossSignal.
 func TestSessionLossAfterSharedSignal(t *testing.T) {
-	ctx := context.Background()
 	h := newTestHarness(t, ModeAdvisory)
-	d, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	sqltest.SharedLossSignal(t, d, h.Drop)
+	sqltest.SharedLossSignal(t, h.driver(t), h.Drop)
 }

@@ -9,7 +9,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 )
 
 // TestPinNoDeadline: an uncontended acquire in the session modes takes its
@@ -80,20 +82,8 @@ func TestPinNoDeadline(t *testing.T) {
 // (strace -c, 2500x less 500x) went from 2.3-2.9 to 2.0 (the two
 // statements' own).
 func BenchmarkUncontended(b *testing.B) {
-	for _, mode := range []Mode{ModeLease, ModeAdvisory, ModeRowLock} {
-		b.Run(string(mode), func(b *testing.B) {
-			ctx := context.Background()
-			_, c := benchDriver(b, mode)
-			m := c.NewMutex(randomName("uncontended"), nil)
-			for b.Loop() {
-				l, err := m.TryLock(ctx)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Unlock(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	sqltest.Uncontended(b, []string{"lease", "advisory", "rowlock"}, func(b *testing.B, mode string) *dlock.Client {
+		_, c := benchDriver(b, Mode(mode))
+		return c
+	})
 }

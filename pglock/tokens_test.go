@@ -19,11 +19,7 @@ import (
 func TestAdvisoryGrantWritesNoRow(t *testing.T) {
 	ctx := context.Background()
 	h := newTestHarness(t, ModeAdvisory)
-	d, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := h.driver(t)
 	name := randomName("norow")
 	xmin := func() string {
 		t.Helper()
@@ -112,16 +108,7 @@ func TestAdvisoryTokensAboveRowFences(t *testing.T) {
 func TestAdvisoryInspectOtherDriver(t *testing.T) {
 	ctx := context.Background()
 	h := newTestHarness(t, ModeAdvisory)
-	holder, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	inspector, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inspector.Close()
+	holder, inspector := h.driver(t), h.driver(t)
 	name := randomName("inspect")
 	const owner = "it's-me\\"
 	g, err := holder.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: owner, TTL: 10 * time.Second})
@@ -181,4 +168,15 @@ func TestParseHoldMarker(t *testing.T) {
 			t.Errorf("parseHoldMarker(%q) = %d, %q, %v; want %d, %q, %v", tc.query, token, owner, ok, tc.token, tc.owner, tc.ok)
 		}
 	}
+}
+
+// driver opens a driver on h, closed when t ends.
+func (h *harness) driver(t *testing.T) driver.Driver {
+	t.Helper()
+	d, err := h.NewDriver(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
 }

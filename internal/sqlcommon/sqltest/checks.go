@@ -562,3 +562,28 @@ func PausedHolder(t *testing.T, open Open, pinned func(driver.Driver) int) {
 		t.Error(err)
 	}
 }
+
+// Uncontended runs TryLock+Unlock through a Client on one name, alone, in
+// each of modes (a sub-benchmark each); client returns the Client of a
+// driver in mode, closed when b ends. Run under strace to count the Go
+// netpoller's wake-ups (8-byte eventfd writes) per op, e.g. for pglock:
+//
+//	go test -c -o pglock.test ./pglock
+//	strace -f -e trace=write ./pglock.test -test.run XXX -test.bench 'Uncontended/advisory' -test.benchtime 300x 2>&1 | grep -c '"\\1\\0\\0\\0\\0\\0\\0\\0", 8'
+func Uncontended(b *testing.B, modes []string, client func(b *testing.B, mode string) *dlock.Client) {
+	for _, mode := range modes {
+		b.Run(mode, func(b *testing.B) {
+			ctx := context.Background()
+			m := client(b, mode).NewMutex(RandomName("uncontended"), nil)
+			for b.Loop() {
+				l, err := m.TryLock(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

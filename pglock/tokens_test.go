@@ -2,6 +2,10 @@ package pglock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,4 +183,88 @@ func (h *harness) driver(t *testing.T) driver.Driver {
 	}
 	t.Cleanup(func() { _ = d.Close() })
 	return d
+}
+
+// TestAdvisoryRaiseRacingGrants: raises of the table's token floor made
+// while other drivers take and give back locks of several names keep each
+// name's tokens strictly increasing, and every grant that starts after a
+// raise returned gets a token above that raise.
+func TestAdvisoryRaiseRacingGrants(t *testing.T) {
+	ctx := context.Background()
+	h := newTestHarness(t, ModeAdvisory)
+	raiser := h.driver(t).(driver.FenceRaiser)
+	names := []string{randomName("race-a"), randomName("race-b")}
+	var raised atomic.Uint64 // the largest raise that has returned
+	var lastMu sync.Mutex
+	last := map[string]uint64{} // each name's last token
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	report := func(err error) { // keeps the first few; never blocks
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		d := h.driver(t)
+		name := names[w%len(names)]
+		owner := fmt.Sprintf("w%d", w)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				floor := raised.Load() // read before the grant starts
+				g, err := d.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: owner, TTL: 10 * time.Second})
+				if errors.Is(err, driver.ErrLocked) {
+					continue
+				}
+				if err != nil {
+					report(err)
+					return
+				}
+				if g.Token <= floor {
+					report(fmt.Errorf("%s: token %d after a raise to %d had returned", name, g.Token, floor))
+				}
+				lastMu.Lock()
+				if g.Token <= last[name] {
+					report(fmt.Errorf("%s: token %d after %d", name, g.Token, last[name]))
+				}
+				last[name] = g.Token
+				lastMu.Unlock()
+				if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: owner, Token: g.Token, TTL: 10 * time.Second, Handle: g.Handle}); err != nil {
+					report(err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 1; i <= 30; i++ {
+		to := uint64(i) * 1000
+		if err := raiser.RaiseFence(ctx, names[i%len(names)], driver.Exclusive, to); err != nil {
+			t.Fatal(err)
+		}
+		raised.Store(to)
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// A grant after the last raise, of each name.
+	for _, name := range names {
+		g, err := raiser.(driver.Driver).TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "after", TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Token <= 30000 || g.Token <= last[name] {
+			t.Errorf("%s: token %d after the last raise (30000) and the last grant (%d)", name, g.Token, last[name])
+		}
+	}
 }

@@ -135,9 +135,7 @@ type leaseSignals struct {
 	// them: a time.AfterFunc per grant armed a runtime timer on every
 	// uncontended acquire, which woke the Go netpoller.
 	delayed []delayedSignal
-	timer   *time.Timer
-	armed   bool // timer is set to fire
-	arms    int  // how many times it was armed, for tests
+	timer   sqlcommon.SharedTimer
 }
 
 // delayedSignal is one grant in leaseSignals.delayed: its entry, listed
@@ -239,20 +237,8 @@ func (ls *leaseSignals) grantKey(key string, k driver.Kind, owner string, conten
 	}
 	e.due = time.Since(signalEpoch) + signalDelay
 	ls.delayed = append(ls.delayed, delayedSignal{key: key, e: e, due: e.due})
-	if !ls.armed {
-		ls.arm(signalDelay)
-	}
-}
-
-// arm sets the timer of the delayed signals to fire after d; ls.mu is
-// held.
-func (ls *leaseSignals) arm(d time.Duration) {
-	ls.armed = true
-	ls.arms++
-	if ls.timer == nil {
-		ls.timer = time.AfterFunc(d, ls.fire)
-	} else {
-		ls.timer.Reset(d)
+	if !ls.timer.Armed() {
+		ls.timer.Arm(signalDelay, ls.fire)
 	}
 }
 
@@ -261,7 +247,7 @@ func (ls *leaseSignals) arm(d time.Duration) {
 func (ls *leaseSignals) fire() {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	ls.armed = false
+	ls.timer.Fired()
 	if ls.closed {
 		return
 	}
@@ -279,7 +265,7 @@ func (ls *leaseSignals) fire() {
 	if len(ls.delayed) == 0 {
 		ls.delayed = nil
 	} else {
-		ls.arm(ls.delayed[0].due - now)
+		ls.timer.Arm(ls.delayed[0].due-now, ls.fire)
 	}
 }
 
@@ -519,9 +505,7 @@ func (ls *leaseSignals) close() {
 		ls.forget(n, e)
 	}
 	ls.delayed = nil
-	if ls.timer != nil {
-		ls.timer.Stop()
-	}
+	ls.timer.Stop()
 	started := ls.started
 	ls.mu.Unlock()
 	if started {

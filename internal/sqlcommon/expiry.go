@@ -19,10 +19,8 @@ var epoch = time.Now()
 // Sessions.expMu guards it.
 type expiries[C Conn] struct {
 	heap  []expiry[C]
-	timer *time.Timer
-	armed bool          // the timer is set to fire, at at
-	at    time.Duration // since epoch
-	arms  int           // how many times the timer was armed, for tests
+	timer SharedTimer
+	at    time.Duration // when the timer is set to fire, since epoch
 }
 
 // expiry is one hold in the timetable and when it expires, since epoch.
@@ -46,7 +44,7 @@ func (s *Sessions[C]) schedule(h *Hold[C]) {
 		e.heap[h.at-1].end = end
 		e.fix(h.at - 1)
 	}
-	if !e.armed || end < e.at {
+	if !e.timer.Armed() || end < e.at {
 		s.arm(end, time.Since(epoch))
 	}
 	s.expMu.Unlock()
@@ -65,14 +63,8 @@ func (s *Sessions[C]) unschedule(h *Hold[C]) {
 // arm sets s's expiry timer to fire at end (since epoch), now being now;
 // s.expMu is held.
 func (s *Sessions[C]) arm(end, now time.Duration) {
-	e := &s.exp
-	e.armed, e.at = true, end
-	e.arms++
-	if e.timer == nil {
-		e.timer = time.AfterFunc(end-now, s.fireExpiries)
-	} else {
-		e.timer.Reset(end - now)
-	}
+	s.exp.at = end
+	s.exp.timer.Arm(end-now, s.fireExpiries)
 }
 
 // fireExpiries runs when s's expiry timer fires: it takes the holds due
@@ -88,7 +80,7 @@ func (s *Sessions[C]) fireExpiries() {
 		due = append(due, e.heap[0].h)
 		e.remove(0)
 	}
-	e.armed = false
+	e.timer.Fired()
 	if len(e.heap) > 0 {
 		s.arm(e.heap[0].end, now)
 	}
@@ -115,10 +107,7 @@ func (s *Sessions[C]) fireExpiries() {
 // gone). A hold listed later arms it again.
 func (s *Sessions[C]) stopExpiries() {
 	s.expMu.Lock()
-	if s.exp.timer != nil {
-		s.exp.timer.Stop()
-	}
-	s.exp.armed = false
+	s.exp.timer.Stop()
 	s.expMu.Unlock()
 }
 

@@ -156,9 +156,7 @@ type waits struct {
 
 	mu         sync.Mutex
 	head, tail *wait
-	timer      *time.Timer
-	armed      bool // timer is set to fire (at the end of some wait)
-	arms       int  // how many times the timer was armed, for tests
+	timer      SharedTimer // set to fire at the end of some wait
 }
 
 // wait is one call bounded by a waits.
@@ -183,22 +181,11 @@ func (ws *waits) start(ctx context.Context) (context.Context, *wait) {
 		ws.head = w
 	}
 	ws.tail = w
-	if !ws.armed {
-		ws.arm(ws.limit)
+	if !ws.timer.Armed() {
+		ws.timer.Arm(ws.limit, ws.fire)
 	}
 	ws.mu.Unlock()
 	return pctx, w
-}
-
-// arm sets the timer to fire after d; ws.mu is held.
-func (ws *waits) arm(d time.Duration) {
-	ws.armed = true
-	ws.arms++
-	if ws.timer == nil {
-		ws.timer = time.AfterFunc(d, ws.fire)
-	} else {
-		ws.timer.Reset(d)
-	}
 }
 
 // unlink removes w from the list; ws.mu is held.
@@ -240,9 +227,9 @@ func (ws *waits) fire() {
 		w.cut = true
 		cut = append(cut, w)
 	}
-	ws.armed = false
+	ws.timer.Fired()
 	if ws.head != nil {
-		ws.arm(ws.head.end.Sub(now))
+		ws.timer.Arm(ws.head.end.Sub(now), ws.fire)
 	}
 	ws.mu.Unlock()
 	for _, w := range cut {

@@ -114,7 +114,7 @@ func TestWaitsOneTimer(t *testing.T) {
 		}
 	}
 	ws.mu.Lock()
-	arms := ws.arms
+	arms := ws.timer.Arms()
 	ws.timer.Stop()
 	ws.mu.Unlock()
 	if arms != 1 {
@@ -134,7 +134,7 @@ func TestHoldsOneTimer(t *testing.T) {
 		}
 	}
 	s.expMu.Lock()
-	arms, listed := s.exp.arms, len(s.exp.heap)
+	arms, listed := s.exp.timer.Arms(), len(s.exp.heap)
 	s.expMu.Unlock()
 	if arms != 1 || listed != 0 {
 		t.Fatalf("1000 holds armed the expiry timer %d times and left %d listed, want 1 and 0", arms, listed)

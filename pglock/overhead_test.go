@@ -2,6 +2,7 @@ package pglock
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -116,4 +117,86 @@ func benchDriver(b testing.TB, mode Mode) (*Driver, *dlock.Client) {
 	c := dlock.New(dn, &dlock.Options{TTL: 30 * time.Second})
 	b.Cleanup(func() { _ = c.Close() })
 	return dn.(*Driver), c
+}
+
+// BenchmarkAdvisoryStatements times, interleaved on one connection, the
+// hand-written pair (pg_advisory_lock + pg_advisory_unlock) and two bare
+// ModeAdvisory statement pairs: a plain try with dlock's release, and
+// dlock's acquire of a name used before (the token drawn from the table's
+// sequences) with its release. It reports each pair's p50 and its ratio to
+// the hand-written one (x-native-*): what the statements cost before any
+// dlock layer.
+func BenchmarkAdvisoryStatements(b *testing.B) {
+	ctx := context.Background()
+	d, _ := benchDriver(b, ModeAdvisory)
+	if err := d.base.Ready(ctx); err != nil {
+		b.Fatal(err)
+	}
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	name := randomName("statements")
+	k, q := AdvisoryKey(name), d.q
+	if _, err := conn.Exec(ctx, q.advisoryAcquireNew, k, "30000", name); err != nil { // the name's row
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_unlock_all()"); err != nil {
+		b.Fatal(err)
+	}
+	exec := func(sql string, args ...any) error {
+		_, err := conn.Exec(ctx, sql, args...)
+		return err
+	}
+	release := func() error {
+		var n *bool
+		return conn.QueryRow(ctx, q.advisoryReleaseReset, k, d.channel, name, WaitKey(name), "0").Scan(&n, nil)
+	}
+	pairs := []struct {
+		name string
+		run  func() error
+	}{
+		{"native", func() error {
+			if err := exec("SELECT pg_advisory_lock($1)", k); err != nil {
+				return err
+			}
+			return exec("SELECT pg_advisory_unlock($1)", k)
+		}},
+		{"try", func() error {
+			if err := exec("SELECT pg_try_advisory_lock($1)", k); err != nil {
+				return err
+			}
+			return release()
+		}},
+		{"dlock", func() error {
+			if err := conn.QueryRow(ctx, q.advisoryAcquire, k, "30000").Scan(nil, nil, nil, nil); err != nil {
+				return err
+			}
+			return release()
+		}},
+	}
+	times := make([][]time.Duration, len(pairs))
+	for i := 0; i < b.N+5; i++ {
+		for j, p := range pairs {
+			t0 := time.Now()
+			if err := p.run(); err != nil {
+				b.Fatalf("%s: %v", p.name, err)
+			}
+			if i >= 5 {
+				times[j] = append(times[j], time.Since(t0))
+			}
+		}
+	}
+	p50 := make([]time.Duration, len(pairs))
+	for j, ts := range times {
+		slices.Sort(ts)
+		p50[j] = ts[len(ts)/2]
+	}
+	for j, p := range pairs {
+		b.ReportMetric(float64(p50[j].Nanoseconds())/1e3, p.name+"-p50-µs")
+		if j > 0 {
+			b.ReportMetric(float64(p50[j])/float64(p50[0]), "x-native-"+p.name)
+		}
+	}
 }

@@ -67,6 +67,20 @@ func (b Budget) more(i int, deadline time.Time) bool {
 // of them alike. It returns the durations of each op, indexed like ops, and
 // stops at the first error (wrapped with the op's index) or when b runs out.
 func Interleave(ctx context.Context, b Budget, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
+	return interleave(ctx, b, 0, ops)
+}
+
+// InterleavePrimed is Interleave where every timed run of an op comes right
+// after an untimed run of the same op. Use it when the ops' costs differ
+// widely: after an op that keeps the machine waiting for milliseconds (a
+// peer whose cost grows with what it holds, say), the next op pays for the
+// idle time — parked threads, a CPU woken from sleep — and would be charged
+// with a slowness that is not its own. The priming run absorbs that.
+func InterleavePrimed(ctx context.Context, b Budget, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
+	return interleave(ctx, b, 1, ops)
+}
+
+func interleave(ctx context.Context, b Budget, prime int, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
 	out := make([][]time.Duration, len(ops))
 	deadline := b.deadline(time.Now())
 	for round := 0; b.more(round, deadline); round++ {
@@ -75,6 +89,11 @@ func Interleave(ctx context.Context, b Budget, ops []func(ctx context.Context) e
 		}
 		for k := range ops {
 			i := (k + round) % len(ops)
+			for range prime {
+				if err := ops[i](ctx); err != nil {
+					return out, fmt.Errorf("op %d: %w", i, err)
+				}
+			}
 			t0 := time.Now()
 			if err := ops[i](ctx); err != nil {
 				return out, fmt.Errorf("op %d: %w", i, err)

@@ -3,6 +3,7 @@ package locktest
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -69,6 +70,40 @@ func TestInterleaveRotates(t *testing.T) {
 	// No bound: one round.
 	if ds, _ := Interleave(context.Background(), Budget{}, []func(context.Context) error{op(0)}); len(ds[0]) != 1 {
 		t.Fatalf("empty budget: %d samples, want 1", len(ds[0]))
+	}
+}
+
+// TestInterleavePrimed: every timed run of an op follows an untimed run of
+// the same op, and only the second is timed.
+func TestInterleavePrimed(t *testing.T) {
+	var order []int
+	calls := 0
+	op := func(i int) func(context.Context) error {
+		return func(context.Context) error {
+			order = append(order, i)
+			calls++
+			if calls%2 == 1 {
+				time.Sleep(100 * time.Millisecond) // the priming run's cost, which must not be counted
+			}
+			return nil
+		}
+	}
+	ds, err := InterleavePrimed(context.Background(), Budget{Max: 2}, []func(context.Context) error{op(0), op(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{0, 0, 1, 1, 1, 1, 0, 0}; !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v", order, want)
+	}
+	for i, d := range ds {
+		if len(d) != 2 {
+			t.Fatalf("op %d: %d samples, want 2", i, len(d))
+		}
+		for _, x := range d {
+			if x >= 100*time.Millisecond {
+				t.Fatalf("op %d: timed %v: the priming run was counted", i, x)
+			}
+		}
 	}
 }
 

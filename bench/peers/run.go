@@ -244,7 +244,11 @@ func wake(ctx context.Context, cfg *config, b backend, res *result) {
 
 // manyHeld grows the number of locks each contender's client holds level
 // by level, timing the taking and the heap it adds, and at each level times
-// one Lock+Unlock of an unrelated name on every client, interleaved.
+// one Lock+Unlock of an unrelated name on every client, interleaved. The
+// probes are primed (locktest.InterleavePrimed): a peer whose op grows to
+// milliseconds with what it holds (a PostgreSQL session holding 10,000
+// advisory locks walks them all at every commit) leaves the machine idle
+// for that long, and the contender timed after it paid for the wake-up.
 func manyHeld(ctx context.Context, cfg *config, b backend, res *result) {
 	cls := openAll(ctx, cfg, b, res, "many held", func(cl *client) bool { return cl.lock != nil })
 	// Closing a client frees what it holds (dlock releases, sessions and
@@ -294,7 +298,7 @@ func manyHeld(ctx context.Context, cfg *config, b backend, res *result) {
 				ops[i] = func(ctx context.Context) error { return cl.once(ctx, name) }
 			}
 		}
-		ds, _ := locktest.Interleave(ctx, locktest.Budget{Duration: cfg.heldProbe}, guarded(cfg, res, "many held", ops))
+		ds, _ := locktest.InterleavePrimed(ctx, locktest.Budget{Duration: cfg.heldProbe}, guarded(cfg, res, "many held", ops))
 		for i, cl := range cls {
 			if cl != nil && len(ds[i]) > 0 {
 				res.rows[i].held = append(res.rows[i].held, locktest.HeldLevel{Held: level, Op: locktest.Summarize(ds[i])})

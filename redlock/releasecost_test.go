@@ -130,3 +130,70 @@ func TestUncontendedReleaseCommands(t *testing.T) {
 // GET, EXISTS (queue and qg), DEL, PUBLISH (5 before, with the HDEL of
 // the owner's qg field).
 const maxUncontendedReleaseCommands = 4
+
+// TestGrantReleaseParsedValue: a release of a value the fast path does
+// not take (a lock-delay's expiry in it) still drops the owner's qg
+// record when the queue is gone, and still wakes the queue's first waiter
+// (one without a grant request) when qg is gone: the one EXISTS of both
+// keys decides both steps.
+func TestGrantReleaseParsedValue(t *testing.T) {
+	srv := testserver.Redis(t, nil)
+	ctx := ctxT(t, 20*time.Second)
+	opt, err := redis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	k := redisscript.KeysFor(DefaultKeyPrefix, "parsed-release")
+	qg := grantsKey(k)
+	sub := c.Subscribe(ctx, k.Channel)
+	t.Cleanup(func() { _ = sub.Close() })
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	delayed := func(owner string, token int) string {
+		exp := time.Now().Add(10 * time.Second).UnixMilli()
+		return "1\n" + strconv.Itoa(token) + "\n" + strconv.FormatInt(exp, 10) + "\n100\n" + owner
+	}
+	expect := func(payload string) {
+		t.Helper()
+		if n, err := c.Exists(ctx, k.Lock).Result(); err != nil || n != 0 {
+			t.Fatalf("lock exists (%d, %v) after its release", n, err)
+		}
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Payload != payload {
+			t.Fatalf("release published %q; want %q", m.Payload, payload)
+		}
+	}
+
+	// qg without a queue: w's record goes with w's release.
+	if err := c.Set(ctx, k.Lock, delayed("w", 9), 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HSet(ctx, qg, "w", "=9").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, held, err := releaseGranting(ctx, c, k, "w", 0); err != nil || !held {
+		t.Fatalf("w's release: held %v, %v", held, err)
+	}
+	expect("9")
+	if n, err := c.Exists(ctx, qg).Result(); err != nil || n != 0 {
+		t.Fatalf("qg exists (%d, %v) after w released its grant", n, err)
+	}
+
+	// A queue without qg: its first waiter is woken.
+	if err := c.Set(ctx, k.Lock, delayed("h", 11), 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := redisscript.AcquireAtScore(ctx, c, k, "x", 10*time.Second, 0, 10*time.Second, time.Now().UnixMilli()); err != nil || r.Granted {
+		t.Fatalf("x's attempt: %+v, %v", r, err)
+	}
+	if _, held, err := releaseGranting(ctx, c, k, "h", 11); err != nil || !held {
+		t.Fatalf("h's release: held %v, %v", held, err)
+	}
+	expect("11\nx")
+}

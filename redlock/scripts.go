@@ -146,9 +146,23 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0, cnt}
 // release channel. Releasing also drops the releasing owner's own qg
 // record; an owner that does not hold the lock (reply -1) leaves the
 // queue if it is in it (its lease was granted by a quorum of other nodes
-// before this one's grant). The queue is looked for with EXISTS before
-// it is read: on a free lock's release (no queue) that is cheaper than a
-// ZRANGE of the missing key.
+// before this one's grant).
+//
+// When the lock is freed, one EXISTS of the queue, qg and the queue again
+// tells both at once (EXISTS counts a key named twice twice: 2 × queue +
+// qg): the queue is read only if it exists (on a free lock's release, a
+// ZRANGE of the missing key costs more than the EXISTS), and the owner's
+// qg field is dropped (HDEL) only if qg exists. The common case (the one
+// hold of a grant without lock-delay, whose key exists only while its
+// lease is live, and neither a queue nor qg) is recognised before the
+// clock prelude and the notHeld closure: the value is compared whole with
+// the one the owner and the token make (read from the value with one
+// anchored match when ARGV[2] is "0", as Release passes it), and the
+// EXISTS answering 0 leaves only DEL and PUBLISH. qg must be missing too,
+// not just the queue: a release that grants the lock to the last waiter
+// empties the queue and leaves the waiter's "=token" record in qg (an
+// attempt adopting the grant drops it, but a waiter that holds on a quorum
+// of grant messages never adopts), which that waiter's release drops.
 //
 //	KEYS[1] lock, KEYS[2] queue, KEYS[3] queue deadlines, KEYS[4] fence
 //	ARGV[1] owner, ARGV[2] token ("0": do not check), ARGV[3] release channel
@@ -156,9 +170,18 @@ return {0, redis.call('PTTL', KEYS[1]), f, o, 0, cnt}
 // The qg hash is not passed: it is KEYS[2] .. "g" (a Redlock node is a
 // standalone master, where a script may name a key it derives; passing it
 // would cost the uncontended release an allocation per node).
-var grantReleaseSrc = redisscript.Clock + `
+var grantReleaseSrc = `
 local v = redis.pcall('GET', KEYS[1])
 local f = ARGV[2]
+if f == '0' and type(v) == 'string' then f = string.match(v, '^1\n(%d+)\n\n\n') end
+-- x: 2 × (the queue exists) + (qg exists), once the lock is freed.
+local x = f and v == '1\n' .. f .. '\n\n\n' .. ARGV[1] and redis.call('EXISTS', KEYS[2], KEYS[2] .. 'g', KEYS[2])
+if x == 0 then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], f)
+  return 0
+end
+` + redisscript.Clock + `
 local QG = KEYS[2] .. 'g'
 -- notHeld: the owner does not hold the lock here; if it is still queued
 -- (a grant on a quorum of other nodes came first), it leaves the queue.
@@ -169,7 +192,8 @@ local function notHeld()
   end
   return -1
 end
-if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
+if not x then
+  -- Not the common value: parse it.
   if type(v) ~= 'string' then return notHeld() end
   local c, e, d, o
   c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
@@ -182,10 +206,11 @@ if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
     redis.call('SET', KEYS[1], string.format('%.0f', count) .. '\n' .. f .. '\n' .. e .. '\n' .. d .. '\n' .. o, 'PX', math.max(pttl, 1))
     return count
   end
+  x = redis.call('EXISTS', KEYS[2], QG, KEYS[2])
 end
 local msg = f
-redis.call('HDEL', QG, ARGV[1])
-local head = redis.call('EXISTS', KEYS[2]) == 1 and redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if x % 2 == 1 then redis.call('HDEL', QG, ARGV[1]) end
+local head = x >= 2 and redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if head then
   local t = now()
   while head do

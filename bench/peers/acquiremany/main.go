@@ -24,6 +24,7 @@
 //
 //	go build -o /tmp/acquiremany ./bench/peers/acquiremany
 //	/tmp/acquiremany -redis redis://127.0.0.1:6379/0 -c dlock -cpuprofile /tmp/dlock.pprof
+//	/tmp/acquiremany -c dlock -memprofile /tmp/dlock.mprof && go tool pprof -sample_index=alloc_objects -top /tmp/dlock.mprof
 //	strace -f -e trace=write,futex -o /tmp/trace /tmp/acquiremany -c bsm -n 2000
 //
 // To count the system calls of the timed leases alone, give perf stat a
@@ -77,10 +78,14 @@ func main() {
 	n := flag.Int("n", 10000, "leases timed")
 	warm := flag.Int("warm", 1000, "leases taken before the timing")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the timed leases here")
+	memprof := flag.String("memprofile", "", "write an allocation profile of the timed leases here (every allocation sampled: the timings are not the figures of a run without it)")
 	burn := flag.Duration("burn", 0, "CPU to burn (a busy loop) after each lease, to see how the wall time answers to client CPU")
 	traceOut := flag.String("trace", "", "write a runtime execution trace of the timed leases here")
 	perfctl := flag.String("perfctl", "", "a FIFO of perf stat --control: \"enable\" is written to it before the timed leases, \"disable\" after")
 	flag.Parse()
+	if *memprof != "" {
+		runtime.MemProfileRate = 0 // none of the set-up's and warm-up's allocations
+	}
 	ctx := context.Background()
 	take, closeFn, err := open(ctx, *who, *url)
 	if err != nil {
@@ -109,6 +114,9 @@ func main() {
 		}
 	}
 	loop("w", *warm, false)
+	if *memprof != "" {
+		runtime.MemProfileRate = 1 // every allocation of the timed leases
+	}
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err != nil {
@@ -139,6 +147,9 @@ func main() {
 	lat = make([]time.Duration, 0, *n)
 	loop("t", *n, true)
 	wall := time.Since(t0)
+	if *memprof != "" {
+		runtime.MemProfileRate = 0
+	}
 	ru1 := rusage()
 	gc1 := gcCPU()
 	runtime.ReadMemStats(&ms1)
@@ -149,6 +160,9 @@ func main() {
 	}
 	if *traceOut != "" {
 		trace.Stop()
+	}
+	if *memprof != "" {
+		writeMemProfile(*memprof)
 	}
 	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()) - time.Duration(ru0.Utime.Nano()+ru0.Stime.Nano())
 	per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(*n) }
@@ -162,6 +176,25 @@ func main() {
 	fmt.Printf("  server %.1f µs/lease (INFO commandstats: EVALSHA and EVAL, or SET)\n", srv/float64(*n))
 	fmt.Printf("  per lease µs: p10 %.1f p25 %.1f p50 %.1f p75 %.1f p90 %.1f p99 %.1f\n", q(0.1), q(0.25), q(0.5), q(0.75), q(0.9), q(0.99))
 	closeFn()
+}
+
+// writeMemProfile writes the allocation profile (pprof's allocs: every
+// allocation made while MemProfileRate was 1, that is the timed leases') to
+// path. A profile counts the allocations of the last completed GC cycle:
+// runtime.GC completes one.
+func writeMemProfile(path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "acquiremany:", err)
+		os.Exit(1)
+	}
 }
 
 // gcCPU is the CPU time the garbage collector has used so far, in seconds

@@ -349,19 +349,19 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	g, _, err := d.attempt(ctx, r, req, 0)
+	g, _, err := d.attempt(ctx, r, r.Keys(), req, 0)
 	return g, err
 }
 
 // attempt runs the acquire script once; wait > 0 queues a refused caller
 // (see redisscript.AcquireQueued). foreign reports a refusal by a key dlock
-// did not write. A grant's handle is ref, which the book keeps too.
-func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, req driver.AcquireRequest, wait time.Duration) (_ driver.Grant, foreign bool, _ error) {
+// did not write. A grant's handle is ref, which the book keeps too; k is
+// ref.Keys(), which a waiting Acquire builds once for all its attempts.
+func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, k redisscript.Keys, req driver.AcquireRequest, wait time.Duration) (_ driver.Grant, foreign bool, _ error) {
 	if !d.gate.Enter() {
 		return driver.Grant{}, false, errClosed
 	}
 	defer d.gate.Exit()
-	k := ref.Keys()
 	var r redisscript.AcquireResult
 	var err error
 	sent := time.Now()
@@ -439,7 +439,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		}
 	}()
 	for attempts := 0; ; attempts++ {
-		g, foreign, err := d.attempt(ctx, ref, req, queueWait)
+		g, foreign, err := d.attempt(ctx, ref, k, req, queueWait)
 		if err == nil {
 			return g, nil
 		}

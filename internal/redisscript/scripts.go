@@ -388,8 +388,10 @@ return 1
 `
 
 var (
-	acquireScript = redis.NewScript(acquireSrc)
-	releaseScript = redis.NewScript(releaseSrc)
+	acquireEval   = newEvalScript(acquireSrc)
+	releaseEval   = newEvalScript(releaseSrc)
+	acquireScript = acquireEval.s
+	releaseScript = releaseEval.s
 	renewScript   = redis.NewScript(renewSrc)
 	fenceScript   = redis.NewScript(fenceSrc)
 	dropScript    = redis.NewScript(dropSrc)
@@ -450,7 +452,8 @@ func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, 
 	if wait > 0 {
 		w = Millis(wait)
 	}
-	return runAcquire(acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), w, k.Channel))
+	args := append(evalArgs(4, 5), k.Lock, k.Fence, k.queue(), k.waits(), owner, Millis(ttl), delayMillis(delay), w, k.Channel)
+	return runAcquire(acquireEval.run(ctx, c, args))
 }
 
 // AcquireAtScore is AcquireQueued for a waiter whose queue score the
@@ -458,7 +461,8 @@ func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, 
 // of the server's time: Redlock queues a waiter at one score on every node,
 // so that all nodes order its waiters alike and grant to the same first one.
 func AcquireAtScore(ctx context.Context, c redis.Scripter, k Keys, owner string, ttl, delay, wait time.Duration, score int64) (AcquireResult, error) {
-	return runAcquire(acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score))
+	args := append(evalArgs(4, 6), k.Lock, k.Fence, k.queue(), k.waits(), owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score)
+	return runAcquire(acquireEval.run(ctx, c, args))
 }
 
 // AcquireReply reads the reply of an acquire script that answers as the
@@ -536,7 +540,8 @@ func parseAcquire(v []any) (AcquireResult, error) {
 // unless zero) did not hold the lock; remaining is then meaningless. With
 // k.Channel empty nothing is published.
 func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token uint64) (remaining int, held bool, err error) {
-	n, err := releaseScript.Run(ctx, c, k.releaseKeys(), owner, token, k.Channel).Int64()
+	args := append(evalArgs(3, 3), k.Lock, k.queue(), k.waits(), owner, token, k.Channel)
+	n, err := releaseEval.run(ctx, c, args).Int64()
 	if err != nil {
 		return 0, false, err
 	}

@@ -172,7 +172,8 @@ func main() {
 		float64(ms1.Mallocs-ms0.Mallocs)/float64(*n), float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(*n), ms1.NumGC-ms0.NumGC)
 	slices.Sort(lat)
 	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) / 1e3 }
-	fmt.Printf("  GC cpu %.1f µs/lease (runtime/metrics /cpu/classes/gc/total)\n", (gc1-gc0)*1e6/float64(*n))
+	fmt.Printf("  GC cpu %.1f µs/lease (runtime/metrics /cpu/classes/gc/total); cpu: user %.1f, system %.1f µs/lease\n", (gc1-gc0)*1e6/float64(*n),
+		per(time.Duration(ru1.Utime.Nano()-ru0.Utime.Nano())), per(time.Duration(ru1.Stime.Nano()-ru0.Stime.Nano())))
 	fmt.Printf("  server %.1f µs/lease (INFO commandstats: EVALSHA and EVAL, or SET)\n", srv/float64(*n))
 	fmt.Printf("  per lease µs: p10 %.1f p25 %.1f p50 %.1f p75 %.1f p90 %.1f p99 %.1f\n", q(0.1), q(0.25), q(0.5), q(0.75), q(0.9), q(0.99))
 	closeFn()

@@ -29,6 +29,11 @@ type Client struct {
 	hooks   Hooks  // nil when none
 	backend string // Backend()
 	limits  driver.Limits
+	// defaults are the settings of a lock made without MutexOptions
+	// (resolve(nil)), which every such Mutex shares, and defaultsErr the
+	// error resolve(nil) gives.
+	defaults    resolved
+	defaultsErr error
 
 	epoch time.Time // zero of the Client's clock (see Client.now)
 
@@ -183,6 +188,7 @@ func newClient(d driver.Driver, opts *Options) (*Client, error) {
 	if l, ok := d.(driver.Limiter); ok {
 		c.limits = l.Limits()
 	}
+	c.defaults, c.defaultsErr = c.resolve(nil)
 	c.wg.Add(2)
 	go func() {
 		defer c.wg.Done()

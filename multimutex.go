@@ -149,7 +149,7 @@ func (mm *MultiMutex) tryMulti(ctx, tctx context.Context, ma driver.MultiAcquire
 	if wait {
 		op = "lock"
 	}
-	r := mm.parts[0].r
+	r := *mm.parts[0].r
 	explicitOwner := r.owner != ""
 	if !explicitOwner {
 		r.owner, r.generated = newOwner(), true

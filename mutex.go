@@ -24,7 +24,18 @@ type Mutex struct {
 	kind    driver.Kind // Exclusive for a Mutex; RWMutex and Semaphore use the others
 	permits int         // the semaphore's size when kind is Permit
 	err     error       // construction error, reported on use
-	r       resolved
+	// r are the lock's settings, read-only: the Client's defaults for a
+	// lock made without MutexOptions, else a mutexWithOptions's own. Nil
+	// when err is set.
+	r *resolved
+}
+
+// mutexWithOptions is a Mutex made with MutexOptions and its settings, in
+// one allocation. A Mutex without options points at its Client's defaults
+// instead, and costs half the heap (64 B, not 128).
+type mutexWithOptions struct {
+	m Mutex
+	r resolved
 }
 
 // NewMutex returns the lock called name. opts may be nil for the client's
@@ -36,7 +47,14 @@ func (c *Client) NewMutex(name string, opts *MutexOptions) *Mutex {
 // newLock is the machinery behind every lock type: a Mutex of kind k
 // (Exclusive, Read, Write or Permit of a semaphore of permits).
 func (c *Client) newLock(name string, k driver.Kind, permits int, opts *MutexOptions) *Mutex {
-	m := &Mutex{c: c, name: name, kind: k, permits: permits}
+	var m *Mutex
+	var r *resolved
+	if opts == nil {
+		m = &Mutex{c: c, name: name, kind: k, permits: permits}
+	} else {
+		x := &mutexWithOptions{m: Mutex{c: c, name: name, kind: k, permits: permits}}
+		m, r = &x.m, &x.r
+	}
 	if err := checkName(name, c.d); err != nil {
 		m.err = err
 		return m
@@ -45,7 +63,15 @@ func (c *Client) newLock(name string, k driver.Kind, permits int, opts *MutexOpt
 		m.err = err
 		return m
 	}
-	m.r, m.err = c.resolve(opts)
+	if r == nil {
+		if m.err = c.defaultsErr; m.err == nil {
+			m.r = &c.defaults
+		}
+		return m
+	}
+	if *r, m.err = c.resolve(opts); m.err == nil {
+		m.r = r
+	}
 	return m
 }
 
@@ -174,7 +200,7 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 		return nil, ErrClosed
 	}
 	defer c.acquireDone()
-	r := m.r
+	r := *m.r
 	explicitOwner := r.owner != ""
 	if !explicitOwner {
 		r.owner, r.generated = newOwner(), true

@@ -180,7 +180,11 @@ type Driver struct {
 	// grantsTaken counts the waiting Locks that took the lock on grant
 	// messages (for tests).
 	grantsTaken atomic.Int64
-	closeErr    error
+	// renewWait, if not zero, replaces queueWait/3 as the longest a
+	// waiter waits between attempts (for tests: a long one leaves only the
+	// mechanism under test to end a wait).
+	renewWait time.Duration
+	closeErr  error
 }
 
 type node struct {

@@ -22,10 +22,12 @@ import (
 // machine slows down. a's driver does not renew its wait within the test
 // (renewWait), and the TTLs are longer than the node timeout, so that
 // nothing else ends a's wait early: were the window the node timeout, the
-// split would last the whole of it.
+// split would last the whole of it. Neither does b's: a renewal puts its
+// waiter back at its own score in every queue, which would undo the
+// split the test sets up (a first everywhere, or b).
 func TestSplitGrantResolvedQuickly(t *testing.T) {
 	const nodeTimeout = 10 * time.Second
-	testSplitResolved(t, splitCase{name: "grant-split-quick", nodeTimeout: nodeTimeout, ttl: time.Minute, renewA: time.Hour, within: nodeTimeout / 2})
+	testSplitResolved(t, splitCase{name: "grant-split-quick", nodeTimeout: nodeTimeout, ttl: time.Minute, renew: time.Hour, within: nodeTimeout / 2})
 }
 
 // TestSplitWakeResolvedQuickly: as TestSplitGrantResolvedQuickly, but node
@@ -35,19 +37,19 @@ func TestSplitGrantResolvedQuickly(t *testing.T) {
 // there (be refused, and give node 0 back) about a round trip later, not
 // after maxStagger.
 func TestSplitWakeResolvedQuickly(t *testing.T) {
-	testSplitResolved(t, splitCase{name: "wake-split-quick", wake: true, nodeTimeout: 3 * time.Second, ttl: 10 * time.Second, within: maxStagger / 2})
+	testSplitResolved(t, splitCase{name: "wake-split-quick", wake: true, nodeTimeout: 3 * time.Second, ttl: 10 * time.Second, renew: time.Hour, within: maxStagger / 2})
 }
 
 // splitCase is a split test's set-up: the lock's name, whether node 0's
 // release wakes a rather than granting it, the drivers' node timeout, the
-// holder's and waiters' TTL, a's driver's renewWait (zero: the default),
-// and the bound on the resolution.
+// holder's and waiters' TTL, the waiters' drivers' renewWait (zero: the
+// default), and the bound on the resolution.
 type splitCase struct {
 	name        string
 	wake        bool
 	nodeTimeout time.Duration
 	ttl         time.Duration
-	renewA      time.Duration
+	renew       time.Duration
 	within      time.Duration
 }
 
@@ -56,6 +58,7 @@ func testSplitResolved(t *testing.T, c splitCase) {
 	srvs, admins, _ := safetyEnv(t)
 	ctx := ctxT(t, 3*nodeTimeout+30*time.Second)
 	e := &grantEnv{t: t, ctx: ctx, srvs: srvs, admins: admins, k: redisscript.KeysFor(DefaultKeyPrefix, name), name: name}
+	defer e.dumpOnFailure()
 	var ds [3]*Driver
 	for i := range ds {
 		d, err := openTest(ctx, redlockURL(srvs, "node_timeout="+nodeTimeout.String()))
@@ -65,7 +68,7 @@ func testSplitResolved(t *testing.T, c splitCase) {
 		t.Cleanup(func() { _ = d.Close() })
 		ds[i] = d
 	}
-	ds[1].renewWait = c.renewA
+	ds[1].renewWait, ds[2].renewWait = c.renew, c.renew
 	e.d1 = ds[0]
 	e.req = driver.AcquireRequest{Name: name, Owner: "holder", TTL: c.ttl}
 	e.holdEverywhere()
@@ -86,6 +89,19 @@ func testSplitResolved(t *testing.T, c splitCase) {
 	}()
 	e.waitRequested("a", nil)
 	e.waitRequested("b", nil)
+	// A release grants a waiter only if its grant message reaches it (it
+	// wakes the waiter otherwise), and a subscription is only sent when
+	// the waiter queues: wait until every node has both waiters' drivers
+	// on their grant channels and the lock's release channel.
+	testwait.Until(t, 10*time.Second, "the waiters' subscriptions on every node", func() bool {
+		for _, a := range admins {
+			n, err := a.PubSubNumSub(ctx, ds[1].grantCh, ds[2].grantCh, e.k.Channel).Result()
+			if err != nil || n[ds[1].grantCh] < 1 || n[ds[2].grantCh] < 1 || n[e.k.Channel] < 2 {
+				return false
+			}
+		}
+		return true
+	})
 	e.splitQueues()
 	if wake {
 		if err := admins[0].HDel(ctx, grantsKey(e.k), "a").Err(); err != nil {

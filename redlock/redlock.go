@@ -37,7 +37,10 @@
 // never overwritten, counts as a refusal, and shows as "?" in Inspect when
 // a quorum of nodes has one. Close releases on every node whatever the
 // driver granted and nobody released, grants completing while Close began
-// included, before it closes its connections.
+// included, before it closes its connections. A release that some node did
+// not answer within the node timeout (an Unlock's, or the undo of a failed
+// acquire's partial grants) leaves the grant in the driver's book for
+// Close to release there.
 //
 // # Fencing
 //

@@ -150,7 +150,7 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 		if reentered {
 			token, live := liveReentry(got, d.quorum)
 			if !live {
-				d.undo(ctx, ops, got, results, timeout, false)
+				d.undo(ctx, ops, got, results, timeout, start, false)
 				d.clearLeftovers(ctx, ops, got, timeout)
 				return driver.Grant{}, true, nil
 			}
@@ -190,10 +190,10 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest, ops *lo
 			}
 			return driver.Grant{Token: maxFence, Count: int(maxCount), Key: key, Handle: h}, false, nil
 		}
-		_ = d.undo(ctx, ops, got, results, timeout, true)
+		_ = d.undo(ctx, ops, got, results, timeout, start, true)
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redlock: acquire", err)
 	}
-	all := d.undo(ctx, ops, got, results, timeout, false)
+	all := d.undo(ctx, ops, got, results, timeout, start, false)
 	if ops.hasMark() {
 		d.markUndone(ctx, ops, all, timeout)
 	}
@@ -401,7 +401,13 @@ func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, ops *loc
 // node's result. The releases publish nothing unless publish is set (the
 // attempt reached a quorum, so others may have seen it as a holder): a
 // failed attempt's partial grants are nobody's release to wait for.
-func (d *Driver) undo(ctx context.Context, ops *lockOps, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, publish bool) []result[redisscript.AcquireResult] {
+//
+// A release that fails (a node slower than the node timeout) leaves the
+// grant on that node, of unknown outcome: the grant (sent at start) is
+// then booked, so that Close releases it on every node, as it does any
+// grant the driver made and nobody released; otherwise a lock an acquire
+// racing Close took and could not give back outlived Close by its TTL.
+func (d *Driver) undo(ctx context.Context, ops *lockOps, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, start time.Time, publish bool) []result[redisscript.AcquireResult] {
 	for len(got) < len(d.nodes) {
 		got = append(got, <-rest)
 	}
@@ -416,7 +422,7 @@ func (d *Driver) undo(ctx context.Context, ops *lockOps, got []result[redisscrip
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	redisscript.OnEach(which, func(i int) error {
+	errs := redisscript.OnEach(which, func(i int) error {
 		_, _, err := ops.release(rctx, d.nodes[i], publish)
 		if ops.isQueued() {
 			// The grant took the waiter out of this node's queue: its
@@ -426,6 +432,12 @@ func (d *Driver) undo(ctx context.Context, ops *lockOps, got []result[redisscrip
 		}
 		return err
 	})
+	for _, err := range errs {
+		if err != nil {
+			d.book(ops, start)
+			break
+		}
+	}
 	return got
 }
 

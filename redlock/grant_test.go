@@ -45,10 +45,19 @@ func newGrantEnv(t *testing.T, name string) *grantEnv {
 		*p = d
 	}
 	e.req = driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
-	// The tests' premise is a holder on every node. TryAcquire returns on
-	// a quorum; under load the last node may answer much later, or not
-	// grant at all (its call ran out of time): wait for every node's
-	// answer, and take the lock again until every node granted it.
+	e.holdEverywhere()
+	return e
+}
+
+// holdEverywhere takes the lock for e.req through e.d1 on every node (into
+// e.held). The tests' premise is a holder on every node. TryAcquire returns
+// on a quorum; under load the last node may answer much later, or not
+// grant at all (its call ran out of time, or a waiter's acquire reached it
+// first): wait for every node's answer, and take the lock again until
+// every node granted it.
+func (e *grantEnv) holdEverywhere() {
+	t, ctx := e.t, e.ctx
+	t.Helper()
 	for try := 1; ; try++ {
 		g, err := e.d1.TryAcquire(ctx, e.req)
 		if err != nil {
@@ -56,13 +65,13 @@ func newGrantEnv(t *testing.T, name string) *grantEnv {
 		}
 		h := g.Handle.(*handle)
 		testwait.Until(t, 10*time.Second, "every node answered the holder's acquire", func() bool { return h.settled.Load() == nil })
-		if held := e.heldOn(); held == len(admins) {
+		if held := e.heldOn(); held == len(e.admins) {
 			e.held = g
-			return e
+			return
 		} else if try == 5 {
-			t.Fatalf("the holder's lock reached %d of %d nodes in %d tries; want every node", held, len(admins), try)
+			t.Fatalf("the holder's lock reached %d of %d nodes in %d tries; want every node", held, len(e.admins), try)
 		}
-		if _, err := e.d1.Release(ctx, driver.Lease{Name: name, Owner: e.req.Owner, TTL: e.req.TTL, Token: g.Token, Handle: g.Handle}); err != nil {
+		if _, err := e.d1.Release(ctx, driver.Lease{Name: e.name, Owner: e.req.Owner, TTL: e.req.TTL, Token: g.Token, Handle: g.Handle}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -473,8 +482,13 @@ func (e *grantEnv) splitQueues() {
 		if i == 0 {
 			first, second = "a", "b"
 		}
-		if err := a.ZAddXX(e.ctx, e.k.Queue, redis.Z{Score: 1, Member: first}, redis.Z{Score: 2, Member: second}).Err(); err != nil {
+		n, err := a.ZAddArgs(e.ctx, e.k.Queue, redis.ZAddArgs{XX: true, Ch: true, Members: []redis.Z{{Score: 1, Member: first}, {Score: 2, Member: second}}}).Result()
+		if err != nil {
 			e.t.Fatal(err)
+		}
+		if n != 2 {
+			// An entry lasts queueWait after its waiter's last attempt.
+			e.t.Fatalf("node %d: %d of the waiters' queue entries reordered; want 2 (an entry expired?)", i, n)
 		}
 	}
 }

@@ -122,7 +122,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		// A waiter asking for grants renews its entries (and the send time
 		// its grants count from) at least every quarter of its TTL, so
 		// that a grant usually leaves it enough validity (see takeGrants).
-		wait := min(queueWait/3, req.TTL/4) - time.Since(sent)
+		wait := min(d.renewEvery(), req.TTL/4) - time.Since(sent)
 		if le.RetryAfter > 0 && le.RetryAfter+time.Millisecond < wait {
 			wait = le.RetryAfter + time.Millisecond
 		}
@@ -184,6 +184,15 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		}
 		named = w.nodes.Swap(0)
 	}
+}
+
+// renewEvery is how often a waiter tries again (renewing its entries) at
+// least: queueWait/3, unless a test set Driver.renewWait.
+func (d *Driver) renewEvery() time.Duration {
+	if d.renewWait > 0 {
+		return d.renewWait
+	}
+	return queueWait / 3
 }
 
 // restFloor is the least time a waiter granted by part of the nodes waits

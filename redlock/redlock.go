@@ -37,7 +37,10 @@
 // never overwritten, counts as a refusal, and shows as "?" in Inspect when
 // a quorum of nodes has one. Close releases on every node whatever the
 // driver granted and nobody released, grants completing while Close began
-// included, before it closes its connections.
+// included, before it closes its connections. A release that some node did
+// not answer within the node timeout (an Unlock's, or the undo of a failed
+// acquire's partial grants) leaves the grant in the driver's book for
+// Close to release there.
 //
 // # Fencing
 //
@@ -180,7 +183,11 @@ type Driver struct {
 	// grantsTaken counts the waiting Locks that took the lock on grant
 	// messages (for tests).
 	grantsTaken atomic.Int64
-	closeErr    error
+	// renewWait, if not zero, replaces queueWait/3 as the longest a
+	// waiter waits between attempts (for tests: a long one leaves only the
+	// mechanism under test to end a wait).
+	renewWait time.Duration
+	closeErr  error
 }
 
 type node struct {

@@ -75,16 +75,23 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 			notHeld++
 		}
 	}
+	// A node whose release failed may still hold the lock: the grant then
+	// stays booked, so that Close releases it there (on every node) if
+	// nobody does first.
 	switch {
 	case notHeld > len(d.nodes)-d.quorum:
 		// Too few nodes held it for the lease to be alive: it had expired
 		// (or been lost) on a majority, and another owner may have been
 		// granted it since. Whatever holds were left are released, but the
 		// caller must learn that its lease was gone, never a success.
-		d.grants.Released(ops.id, l.Owner, held > 0)
+		if firstErr == nil {
+			d.grants.Released(ops.id, l.Owner, held > 0)
+		}
 		return 0, driver.ErrNotHeld
 	case held > 0:
-		d.grants.Released(ops.id, l.Owner, true)
+		if firstErr == nil {
+			d.grants.Released(ops.id, l.Owner, true)
+		}
 		return remaining, nil
 	default:
 		return 0, ctxerr.Wrap(ctx, "redlock: release", fmt.Errorf("released on no node, %d of %d did not answer: %w", len(d.nodes)-notHeld, len(d.nodes), firstErr))

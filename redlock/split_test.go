@@ -14,10 +14,20 @@ import (
 // b on the others) is resolved within a fraction of a long node timeout:
 // a, short of a quorum of grants, does not wait the node timeout for the
 // rest, which are not coming, but tries again about a round trip after
-// its first grant, and gives node 0's grant back; b holds the lock on its
-// quorum meanwhile.
+// its first grant (restWindow), and gives node 0's grant back; b holds the
+// lock on its quorum meanwhile.
+//
+// The bound is half the node timeout (10s), not a wall-clock guess of a
+// few round trips: restWindow scales with a's last attempt, which a loaded
+// machine slows down. a's driver does not renew its wait within the test
+// (renewWait), and the TTLs are longer than the node timeout, so that
+// nothing else ends a's wait early: were the window the node timeout, the
+// split would last the whole of it. Neither does b's: a renewal puts its
+// waiter back at its own score in every queue, which would undo the
+// split the test sets up (a first everywhere, or b).
 func TestSplitGrantResolvedQuickly(t *testing.T) {
-	testSplitResolved(t, "grant-split-quick", false, 3*time.Second/4)
+	const nodeTimeout = 10 * time.Second
+	testSplitResolved(t, splitCase{name: "grant-split-quick", nodeTimeout: nodeTimeout, ttl: time.Minute, renew: time.Hour, within: nodeTimeout / 2})
 }
 
 // TestSplitWakeResolvedQuickly: as TestSplitGrantResolvedQuickly, but node
@@ -27,37 +37,48 @@ func TestSplitGrantResolvedQuickly(t *testing.T) {
 // there (be refused, and give node 0 back) about a round trip later, not
 // after maxStagger.
 func TestSplitWakeResolvedQuickly(t *testing.T) {
-	testSplitResolved(t, "wake-split-quick", true, maxStagger/2)
+	testSplitResolved(t, splitCase{name: "wake-split-quick", wake: true, nodeTimeout: 3 * time.Second, ttl: 10 * time.Second, renew: time.Hour, within: maxStagger / 2})
 }
 
-func testSplitResolved(t *testing.T, name string, wake bool, within time.Duration) {
-	const nodeTimeout = 3 * time.Second
+// splitCase is a split test's set-up: the lock's name, whether node 0's
+// release wakes a rather than granting it, the drivers' node timeout, the
+// holder's and waiters' TTL, the waiters' drivers' renewWait (zero: the
+// default), and the bound on the resolution.
+type splitCase struct {
+	name        string
+	wake        bool
+	nodeTimeout time.Duration
+	ttl         time.Duration
+	renew       time.Duration
+	within      time.Duration
+}
+
+func testSplitResolved(t *testing.T, c splitCase) {
+	name, wake, within, nodeTimeout := c.name, c.wake, c.within, c.nodeTimeout
 	srvs, admins, _ := safetyEnv(t)
-	ctx := ctxT(t, 30*time.Second)
+	ctx := ctxT(t, 3*nodeTimeout+30*time.Second)
 	e := &grantEnv{t: t, ctx: ctx, srvs: srvs, admins: admins, k: redisscript.KeysFor(DefaultKeyPrefix, name), name: name}
+	defer e.dumpOnFailure()
 	var ds [3]*Driver
 	for i := range ds {
-		d, err := openTest(ctx, redlockURL(srvs, "node_timeout=3s"))
+		d, err := openTest(ctx, redlockURL(srvs, "node_timeout="+nodeTimeout.String()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = d.Close() })
 		ds[i] = d
 	}
+	ds[1].renewWait, ds[2].renewWait = c.renew, c.renew
 	e.d1 = ds[0]
-	e.req = driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
-	g, err := e.d1.TryAcquire(ctx, e.req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.held = g
+	e.req = driver.AcquireRequest{Name: name, Owner: "holder", TTL: c.ttl}
+	e.holdEverywhere()
 	type res struct {
 		g   driver.Grant
 		err error
 	}
 	ra, rb := make(chan res, 1), make(chan res, 1)
-	reqA := driver.AcquireRequest{Name: name, Owner: "a", TTL: 10 * time.Second}
-	reqB := driver.AcquireRequest{Name: name, Owner: "b", TTL: 10 * time.Second}
+	reqA := driver.AcquireRequest{Name: name, Owner: "a", TTL: c.ttl}
+	reqB := driver.AcquireRequest{Name: name, Owner: "b", TTL: c.ttl}
 	go func() {
 		g, err := ds[1].Acquire(ctx, reqA)
 		ra <- res{g, err}
@@ -68,6 +89,19 @@ func testSplitResolved(t *testing.T, name string, wake bool, within time.Duratio
 	}()
 	e.waitRequested("a", nil)
 	e.waitRequested("b", nil)
+	// A release grants a waiter only if its grant message reaches it (it
+	// wakes the waiter otherwise), and a subscription is only sent when
+	// the waiter queues: wait until every node has both waiters' drivers
+	// on their grant channels and the lock's release channel.
+	testwait.Until(t, 10*time.Second, "the waiters' subscriptions on every node", func() bool {
+		for _, a := range admins {
+			n, err := a.PubSubNumSub(ctx, ds[1].grantCh, ds[2].grantCh, e.k.Channel).Result()
+			if err != nil || n[ds[1].grantCh] < 1 || n[ds[2].grantCh] < 1 || n[e.k.Channel] < 2 {
+				return false
+			}
+		}
+		return true
+	})
 	e.splitQueues()
 	if wake {
 		if err := admins[0].HDel(ctx, grantsKey(e.k), "a").Err(); err != nil {

@@ -83,18 +83,14 @@ func processorOf(c redis.Scripter) processor {
 	return nil
 }
 
-// run runs the script on c with args from evalArgs (nkeys keys, then the
-// arguments), as s.Run(ctx, c, keys, arguments...) does.
-func (e *evalScript) run(ctx context.Context, c redis.Scripter, args []any) *redis.Cmd {
+// run runs the script on p (see processorOf) with args from evalArgs
+// (nkeys keys, then the arguments), as s.Run(ctx, p, keys, arguments...)
+// does. A caller whose client is not a processor runs s.Run itself, with
+// the keys in a []string: boxing each key into args would cost an
+// allocation per key that go-redis's EvalSha on such a client (a lane, a
+// Redlock node) then does again.
+func (e *evalScript) run(ctx context.Context, p processor, args []any) *redis.Cmd {
 	nkeys := args[2].(int)
-	p := processorOf(c)
-	if p == nil {
-		keys := make([]string, nkeys)
-		for i := range keys {
-			keys[i] = args[evalHead+i].(string)
-		}
-		return e.s.Run(ctx, c, keys, args[evalHead+nkeys:]...)
-	}
 	args[0], args[1] = evalshaName, e.sha
 	cmd := redis.NewCmd(ctx, args...)
 	if nkeys > 0 {

@@ -452,8 +452,11 @@ func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, 
 	if wait > 0 {
 		w = Millis(wait)
 	}
-	args := append(evalArgs(4, 5), k.Lock, k.Fence, k.queue(), k.waits(), owner, Millis(ttl), delayMillis(delay), w, k.Channel)
-	return runAcquire(acquireEval.run(ctx, c, args))
+	if p := processorOf(c); p != nil {
+		args := append(evalArgs(4, 5), k.Lock, k.Fence, k.queue(), k.waits(), owner, Millis(ttl), delayMillis(delay), w, k.Channel)
+		return runAcquire(acquireEval.run(ctx, p, args))
+	}
+	return runAcquire(acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), w, k.Channel))
 }
 
 // AcquireAtScore is AcquireQueued for a waiter whose queue score the
@@ -461,8 +464,11 @@ func AcquireQueued(ctx context.Context, c redis.Scripter, k Keys, owner string, 
 // of the server's time: Redlock queues a waiter at one score on every node,
 // so that all nodes order its waiters alike and grant to the same first one.
 func AcquireAtScore(ctx context.Context, c redis.Scripter, k Keys, owner string, ttl, delay, wait time.Duration, score int64) (AcquireResult, error) {
-	args := append(evalArgs(4, 6), k.Lock, k.Fence, k.queue(), k.waits(), owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score)
-	return runAcquire(acquireEval.run(ctx, c, args))
+	if p := processorOf(c); p != nil {
+		args := append(evalArgs(4, 6), k.Lock, k.Fence, k.queue(), k.waits(), owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score)
+		return runAcquire(acquireEval.run(ctx, p, args))
+	}
+	return runAcquire(acquireScript.Run(ctx, c, []string{k.Lock, k.Fence, k.queue(), k.waits()}, owner, Millis(ttl), delayMillis(delay), Millis(wait), k.Channel, score))
 }
 
 // AcquireReply reads the reply of an acquire script that answers as the
@@ -540,8 +546,14 @@ func parseAcquire(v []any) (AcquireResult, error) {
 // unless zero) did not hold the lock; remaining is then meaningless. With
 // k.Channel empty nothing is published.
 func Release(ctx context.Context, c redis.Scripter, k Keys, owner string, token uint64) (remaining int, held bool, err error) {
-	args := append(evalArgs(3, 3), k.Lock, k.queue(), k.waits(), owner, token, k.Channel)
-	n, err := releaseEval.run(ctx, c, args).Int64()
+	var cmd *redis.Cmd
+	if p := processorOf(c); p != nil {
+		args := append(evalArgs(3, 3), k.Lock, k.queue(), k.waits(), owner, token, k.Channel)
+		cmd = releaseEval.run(ctx, p, args)
+	} else {
+		cmd = releaseScript.Run(ctx, c, k.releaseKeys(), owner, token, k.Channel)
+	}
+	n, err := cmd.Int64()
 	if err != nil {
 		return 0, false, err
 	}

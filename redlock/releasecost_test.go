@@ -24,14 +24,8 @@ import (
 // qg record "=token" then outlives the queue) still has that record
 // dropped by its release.
 func TestUncontendedReleaseCommands(t *testing.T) {
-	srv := testserver.Redis(t, nil)
+	c := scriptClient(t)
 	ctx := ctxT(t, 20*time.Second)
-	opt, err := redis.ParseURL(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { _ = c.Close() })
 	cs := []*redis.Client{c}
 	k := redisscript.KeysFor(DefaultKeyPrefix, "uncontended-release")
 	sub := c.Subscribe(ctx, k.Channel, "grant-ch-uncontended")
@@ -137,14 +131,8 @@ const maxUncontendedReleaseCommands = 4
 // (one without a grant request) when qg is gone: the one EXISTS of both
 // keys decides both steps.
 func TestGrantReleaseParsedValue(t *testing.T) {
-	srv := testserver.Redis(t, nil)
+	c := scriptClient(t)
 	ctx := ctxT(t, 20*time.Second)
-	opt, err := redis.ParseURL(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { _ = c.Close() })
 	k := redisscript.KeysFor(DefaultKeyPrefix, "parsed-release")
 	qg := grantsKey(k)
 	sub := c.Subscribe(ctx, k.Channel)
@@ -196,4 +184,18 @@ func TestGrantReleaseParsedValue(t *testing.T) {
 		t.Fatalf("h's release: held %v, %v", held, err)
 	}
 	expect("11\nx")
+}
+
+// scriptClient starts a Redis server of the test's own and returns a
+// client of it, closed when the test ends: for tests that run the scripts
+// directly and read the server's commandstats.
+func scriptClient(t *testing.T) *redis.Client {
+	srv := testserver.Redis(t, nil)
+	opt, err := redis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

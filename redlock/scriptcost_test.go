@@ -7,7 +7,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock/internal/redisscript"
-	"github.com/dlock/dlock/internal/testserver"
 )
 
 // TestGrantReleaseCommands bounds the commands a release runs on a node
@@ -17,14 +16,8 @@ import (
 // a grant nobody hears puts the counter back as it was, missing included.
 // Before: 16 commands (the counter read and written with GET and SET).
 func TestGrantReleaseCommands(t *testing.T) {
-	srv := testserver.Redis(t, nil)
+	c := scriptClient(t)
 	ctx := ctxT(t, 20*time.Second)
-	opt, err := redis.ParseURL(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	t.Cleanup(func() { _ = c.Close() })
 	sub := c.Subscribe(ctx, "grant-ch")
 	t.Cleanup(func() { _ = sub.Close() })
 	if _, err := sub.Receive(ctx); err != nil {

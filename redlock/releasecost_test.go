@@ -1,6 +1,8 @@
 package redlock
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,22 +37,6 @@ func TestUncontendedReleaseCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// released checks that k's lock is free and that its release published
-	// token on the release channel.
-	released := func(token uint64) {
-		t.Helper()
-		if n, err := c.Exists(ctx, k.Lock).Result(); err != nil || n != 0 {
-			t.Fatalf("lock exists (%d, %v) after its release", n, err)
-		}
-		m, err := sub.ReceiveMessage(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Channel != k.Channel || m.Payload != strconv.FormatUint(token, 10) {
-			t.Fatalf("release published %q on %s; want %d on %s", m.Payload, m.Channel, token, k.Channel)
-		}
-	}
-
 	for _, byToken := range []bool{false, true} {
 		r, err := redisscript.Acquire(ctx, c, k, "o", 10*time.Second, 0)
 		if err != nil || !r.Granted {
@@ -77,7 +63,7 @@ func TestUncontendedReleaseCommands(t *testing.T) {
 		if cmds > maxUncontendedReleaseCommands {
 			t.Fatalf("an uncontended release (token %d) ran %d commands %v; want at most %d", tok, cmds, ran, maxUncontendedReleaseCommands)
 		}
-		released(r.Fence)
+		expectReleased(t, ctx, c, sub, k, r.Fence)
 	}
 
 	// w is granted the lock by h's release, which takes w, the only
@@ -114,7 +100,7 @@ func TestUncontendedReleaseCommands(t *testing.T) {
 	if _, held, err := releaseGranting(ctx, c, k, "w", 0); err != nil || !held {
 		t.Fatalf("w's release: held %v, %v", held, err)
 	}
-	released(wTok)
+	expectReleased(t, ctx, c, sub, k, wTok)
 	if ok, err := c.HExists(ctx, qg, "w").Result(); err != nil || ok {
 		t.Fatalf("w's qg record still there (%v, %v) after w released its grant", ok, err)
 	}
@@ -144,20 +130,6 @@ func TestGrantReleaseParsedValue(t *testing.T) {
 		exp := time.Now().Add(10 * time.Second).UnixMilli()
 		return "1\n" + strconv.Itoa(token) + "\n" + strconv.FormatInt(exp, 10) + "\n100\n" + owner
 	}
-	expect := func(payload string) {
-		t.Helper()
-		if n, err := c.Exists(ctx, k.Lock).Result(); err != nil || n != 0 {
-			t.Fatalf("lock exists (%d, %v) after its release", n, err)
-		}
-		m, err := sub.ReceiveMessage(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Payload != payload {
-			t.Fatalf("release published %q; want %q", m.Payload, payload)
-		}
-	}
-
 	// qg without a queue: w's record goes with w's release.
 	if err := c.Set(ctx, k.Lock, delayed("w", 9), 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
@@ -168,7 +140,7 @@ func TestGrantReleaseParsedValue(t *testing.T) {
 	if _, held, err := releaseGranting(ctx, c, k, "w", 0); err != nil || !held {
 		t.Fatalf("w's release: held %v, %v", held, err)
 	}
-	expect("9")
+	expectReleased(t, ctx, c, sub, k, "9")
 	if n, err := c.Exists(ctx, qg).Result(); err != nil || n != 0 {
 		t.Fatalf("qg exists (%d, %v) after w released its grant", n, err)
 	}
@@ -183,7 +155,7 @@ func TestGrantReleaseParsedValue(t *testing.T) {
 	if _, held, err := releaseGranting(ctx, c, k, "h", 11); err != nil || !held {
 		t.Fatalf("h's release: held %v, %v", held, err)
 	}
-	expect("11\nx")
+	expectReleased(t, ctx, c, sub, k, "11\nx")
 }
 
 // scriptClient starts a Redis server of the test's own and returns a
@@ -198,4 +170,20 @@ func scriptClient(t *testing.T) *redis.Client {
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// expectReleased checks that k's lock is free and that its release
+// published payload on k's release channel (the next message sub has).
+func expectReleased(t *testing.T, ctx context.Context, c *redis.Client, sub *redis.PubSub, k redisscript.Keys, payload any) {
+	t.Helper()
+	if n, err := c.Exists(ctx, k.Lock).Result(); err != nil || n != 0 {
+		t.Fatalf("lock exists (%d, %v) after its release", n, err)
+	}
+	m, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprint(payload); m.Channel != k.Channel || m.Payload != want {
+		t.Fatalf("release published %q on %s; want %q on %s", m.Payload, m.Channel, want, k.Channel)
+	}
 }

@@ -259,7 +259,7 @@ func (d *Driver) TryAcquireMulti(ctx context.Context, reqs []driver.AcquireReque
 	if err := d.replicated(ctx, c); err != nil {
 		d.undo(ctx, func(ctx context.Context, c redis.UniversalClient) {
 			for i, k := range ks {
-				if _, held, rerr := redisscript.Release(ctx, c, k, owner, gs[i].Token); rerr == nil {
+				if _, held, rerr := d.releaseMutex(ctx, c, k, owner, gs[i].Token); rerr == nil {
 					d.grants.Released(k.Lock, owner, held)
 				}
 			}

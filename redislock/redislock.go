@@ -91,6 +91,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -187,6 +188,19 @@ type Driver struct {
 
 	lane *redislane.Lane // the mutex grants' and releases' own connection (a *redis.Client only)
 
+	// Grant-in-release (grant.go): grantCh is the channel the server
+	// publishes this driver's waiters' grants on ("": the driver does not
+	// ask for grants), subscribed once (grantSubbed, under grantMu) with
+	// grantSig as its subscription's (unused) wake-up; waiters are the
+	// waiting Acquires that ask for grants.
+	grantCh     string
+	grantMu     sync.Mutex
+	grantSubbed bool
+	grantTried  time.Time
+	grantSig    chan struct{}
+	waiters     grantWaiters
+	grantsTaken atomic.Int64 // grants taken from a message (for tests)
+
 	gate      redisscript.Gate   // Close waits for calls in flight, refuses new ones
 	grants    redisscript.Grants // granted and not released: Close releases them
 	stop      chan struct{}      // closed when Close (or kill) begins: wakes waiters
@@ -241,8 +255,14 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{client: client, prefix: prefix, plain: plain, hub: redisscript.NewHub(client, nil), stop: make(chan struct{}),
+	d := &Driver{client: client, prefix: prefix, plain: plain, stop: make(chan struct{}),
 		single: single, minReplicas: minReplicas, replicaTimeout: replicaTimeout}
+	var filter func(channel, payload string) bool
+	if !plain && minReplicas == 0 {
+		d.grantCh, d.grantSig = redisscript.NewGrantChannel(prefix), make(chan struct{}, 1)
+		filter = d.hubFilter
+	}
+	d.hub = redisscript.NewHub(client, filter)
 	if c, ok := client.(*redis.Client); ok && minReplicas == 0 {
 		d.lane = redislane.New(c)
 	}
@@ -349,29 +369,39 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if err != nil {
 		return driver.Grant{}, err
 	}
-	g, _, err := d.attempt(ctx, r, r.Keys(), req, 0)
+	g, _, err := d.attempt(ctx, r, r.Keys(), req, 0, nil)
 	return g, err
 }
 
 // attempt runs the acquire script once; wait > 0 queues a refused caller
-// (see redisscript.AcquireQueued). foreign reports a refusal by a key dlock
-// did not write. A grant's handle is ref, which the book keeps too; k is
-// ref.Keys(), which a waiting Acquire builds once for all its attempts.
-func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, k redisscript.Keys, req driver.AcquireRequest, wait time.Duration) (_ driver.Grant, foreign bool, _ error) {
+// (see redisscript.AcquireQueued), and w, when not nil, is a waiter that
+// asks for grants (the waiting acquire, see grant.go). foreign reports a
+// refusal by a key dlock did not write. A grant's handle is ref, which the
+// book keeps too; k is ref.Keys(), which a waiting Acquire builds once for
+// all its attempts.
+func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, k redisscript.Keys, req driver.AcquireRequest, wait time.Duration, w *grantWaiter) (_ driver.Grant, foreign bool, _ error) {
 	if !d.gate.Enter() {
 		return driver.Grant{}, false, errClosed
 	}
 	defer d.gate.Exit()
 	var r redisscript.AcquireResult
+	var counter uint64
 	var err error
 	sent := time.Now()
 	c, done := d.conn()
 	defer done()
-	if ln := d.lane.Take(); ln != nil {
-		r, err = redisscript.AcquireQueued(ctx, ln, k, req.Owner, req.TTL, req.LockDelay, wait)
-		d.lane.Give(err)
+	var sc redis.Scripter = c
+	ln := d.lane.Take()
+	if ln != nil {
+		sc = ln
+	}
+	if w != nil {
+		r, counter, err = redisscript.AcquireWaiting(ctx, sc, k, req.Owner, req.TTL, req.LockDelay, wait, 0, d.grantCh)
 	} else {
-		r, err = redisscript.AcquireQueued(ctx, c, k, req.Owner, req.TTL, req.LockDelay, wait)
+		r, err = redisscript.AcquireQueued(ctx, sc, k, req.Owner, req.TTL, req.LockDelay, wait)
+	}
+	if ln != nil {
+		d.lane.Give(err)
 	}
 	if err != nil {
 		// The outcome is unknown: the script may have run. Book it, so
@@ -381,21 +411,42 @@ func (d *Driver) attempt(ctx context.Context, ref *redisscript.Ref, k redisscrip
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redislock: acquire", err)
 	}
 	if !r.Granted {
+		if w != nil {
+			w.refused(sent, counter)
+		}
 		return driver.Grant{}, r.Foreign, &driver.LockedError{RetryAfter: r.PTTL, Token: r.Fence}
+	}
+	if w != nil {
+		w.granted(r.Fence)
 	}
 	d.grants.GrantedRef(ref, req.Owner, req.TTL, sent)
 	if err := d.replicated(ctx, c); err != nil {
 		d.undo(ctx, func(ctx context.Context, c redis.UniversalClient) {
-			if _, held, rerr := redisscript.Release(ctx, c, k, req.Owner, r.Fence); rerr == nil {
+			if _, held, rerr := d.releaseMutex(ctx, c, k, req.Owner, r.Fence); rerr == nil {
 				d.grants.Released(k.Lock, req.Owner, held)
 			}
 		})
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "redislock: acquire: granted, then released", err)
 	}
 	if d.gate.Stopped() {
-		return driver.Grant{}, false, fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
+		return driver.Grant{}, false, errGrantedClosing
 	}
 	return driver.Grant{Token: r.Fence, Count: r.Count, Sent: sent, Key: k.Lock, Handle: ref}, false, nil
+}
+
+// errGrantedClosing is returned for a grant made while Close began: Close
+// releases it.
+var errGrantedClosing = fmt.Errorf("redislock: acquire: granted while closing, released by Close: %w", dlock.ErrClosed)
+
+// releaseMutex runs one mutex release on c: in the dlock layout the
+// granting release (a freed lock goes to the first queued waiter if it
+// asked for it and listens, see grant.go), in the plain layout the plain
+// one.
+func (d *Driver) releaseMutex(ctx context.Context, c redis.Scripter, k redisscript.Keys, owner string, token uint64) (int, bool, error) {
+	if d.plain {
+		return redisscript.Release(ctx, c, k, owner, token)
+	}
+	return redisscript.ReleaseGranting(ctx, c, k, owner, token)
 }
 
 // maxForeignPoll bounds how long a waiter for a lock a foreign client holds
@@ -432,14 +483,22 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	k := ref.Keys()
 	var sig chan struct{} // made once refused: an uncontended Acquire needs none
 	var sub *redisscript.Sub
+	var gw *grantWaiter // set once it asks for grants (see grant.go)
 	foreignPoll := 20 * time.Millisecond
 	defer func() {
 		if sub != nil {
 			sub.Close(false)
 		}
+		if gw != nil {
+			// A grant it was sent and did not use (it gave up, or an
+			// attempt of its own came first) goes to the next waiter.
+			if t := d.waiters.remove(k.Channel, req.Owner, gw); t != 0 {
+				d.releaseGrant(k, req.Owner, t)
+			}
+		}
 	}()
 	for attempts := 0; ; attempts++ {
-		g, foreign, err := d.attempt(ctx, ref, k, req, queueWait)
+		g, foreign, err := d.attempt(ctx, ref, k, req, queueWait, gw)
 		if err == nil {
 			return g, nil
 		}
@@ -450,7 +509,7 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 				// attempt's own grant, if the script ran: release it.
 				d.undoAttempt(ctx, k, req.Owner)
 			}
-			d.leave(ctx, k, req.Owner)
+			d.leave(ctx, k, req.Owner, gw != nil)
 			return driver.Grant{}, err
 		}
 		if sig == nil {
@@ -459,6 +518,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		if sub == nil {
 			if s, err := d.hub.SubscribeOwner(ctx, k.Channel, req.Owner, sig); err == nil {
 				sub = s
+				if d.grantCh != "" && d.subscribeGrants(ctx) {
+					gw = d.waiters.add(k.Channel, req.Owner, sig)
+				}
 				continue // a release before the subscription is not missed
 			}
 		}
@@ -478,29 +540,44 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			d.leave(ctx, k, req.Owner)
+			d.leave(ctx, k, req.Owner, gw != nil)
 			return driver.Grant{}, ctxerr.Wrap(ctx, "redislock: acquire", ctx.Err())
 		case <-d.stop:
 			t.Stop()
 			return driver.Grant{}, errClosed
 		case <-sig:
 			t.Stop()
+			if gw != nil {
+				switch g, ok, err := d.takeGrant(ref, k, req, gw); {
+				case err != nil:
+					return driver.Grant{}, err
+				case ok:
+					return g, nil
+				}
+			}
 		case <-t.C:
 		}
 	}
 }
 
 // leave takes owner out of k's queue, best effort (a failure leaves the
-// entry to expire).
-func (d *Driver) leave(ctx context.Context, k redisscript.Keys, owner string) {
-	d.detached(ctx, func(ctx context.Context) { _ = redisscript.Leave(ctx, d.client, k, owner) })
+// entry to expire); granting is set for a waiter that asked for grants,
+// whose request goes too.
+func (d *Driver) leave(ctx context.Context, k redisscript.Keys, owner string, granting bool) {
+	d.detached(ctx, func(ctx context.Context) {
+		if granting {
+			_ = redisscript.LeaveGranting(ctx, d.client, k, owner)
+		} else {
+			_ = redisscript.Leave(ctx, d.client, k, owner)
+		}
+	})
 }
 
 // undoAttempt releases the grant an attempt of unknown outcome may have
 // made; if it cannot, the grant stays booked for Close.
 func (d *Driver) undoAttempt(ctx context.Context, k redisscript.Keys, owner string) {
 	d.detached(ctx, func(ctx context.Context) {
-		if _, held, err := redisscript.Release(ctx, d.client, k, owner, 0); err == nil {
+		if _, held, err := d.releaseMutex(ctx, d.client, k, owner, 0); err == nil {
 			d.grants.Released(k.Lock, owner, held)
 		}
 	})
@@ -535,10 +612,10 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	var held bool
 	var err error
 	if ln := d.lane.Take(); ln != nil {
-		remaining, held, err = redisscript.Release(ctx, ln, k, l.Owner, l.Token)
+		remaining, held, err = d.releaseMutex(ctx, ln, k, l.Owner, l.Token)
 		d.lane.Give(err)
 	} else {
-		remaining, held, err = redisscript.Release(ctx, d.client, k, l.Owner, l.Token)
+		remaining, held, err = d.releaseMutex(ctx, d.client, k, l.Owner, l.Token)
 	}
 	if err != nil {
 		return 0, ctxerr.Wrap(ctx, "redislock: release", err)

@@ -2,11 +2,7 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -176,14 +172,6 @@ func (g *grantState) tokens() []uint64 {
 	return ts
 }
 
-// newGrantChannel is a driver's grant channel: the key prefix, "grant:"
-// and 128 random bits in hex, so that no two drivers share one.
-func newGrantChannel(prefix string) string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return prefix + "grant:" + hex.EncodeToString(b[:])
-}
-
 // subscribeGrants subscribes the driver's grant channel on every node
 // that is not yet, trying a node at most once a second (best effort: a node without it wakes the waiter
 // instead of granting, since its publish reaches nobody).
@@ -206,16 +194,11 @@ func (d *Driver) subscribeGrants(ctx context.Context) {
 // here and does not hold the lock through this driver, the grant is
 // released (by token, so that nothing newer is touched).
 func (d *Driver) grantMessage(i int, payload string) {
-	f := strings.SplitN(payload, "\n", 5)
-	if len(f) != 5 {
+	m, ok := redisscript.ParseGrantMessage(payload)
+	if !ok {
 		return
 	}
-	token, err := strconv.ParseUint(f[0], 10, 64)
-	if err != nil || token == 0 {
-		return
-	}
-	relToken, _ := strconv.ParseUint(f[2], 10, 64)
-	owner, from, channel := f[1], released{owner: f[3], token: relToken}, f[4]
+	token, owner, from, channel := m.Token, m.Owner, released{owner: m.From, token: m.FromTok}, m.Channel
 	ls := &d.listeners
 	ls.mu.Lock()
 	if l := ls.m[channel]; l != nil {
@@ -227,20 +210,11 @@ func (d *Driver) grantMessage(i int, payload string) {
 		}
 	}
 	ls.mu.Unlock()
-	k, ok := keysOfChannel(channel)
+	k, ok := redisscript.KeysOfChannel(channel)
 	if !ok || d.grants.Has(k.Lock, owner) {
 		return
 	}
 	d.releaseGrant(k, owner, i, token)
-}
-
-// keysOfChannel returns the mutex keys whose release channel is channel.
-func keysOfChannel(channel string) (redisscript.Keys, bool) {
-	base, ok := strings.CutSuffix(channel, ":rel")
-	if !ok {
-		return redisscript.Keys{}, false
-	}
-	return redisscript.Keys{Lock: base, Fence: base + ":fence", Channel: channel, Queue: base + ":q", Waits: base + ":qd"}, true
 }
 
 // unusedGrant is a grant a waiter was sent and did not use.

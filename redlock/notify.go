@@ -287,7 +287,7 @@ func (d *Driver) closeListeners() []unusedGrant {
 			l.linger.Stop()
 		}
 		close(l.done)
-		k, ok := keysOfChannel(l.channel)
+		k, ok := redisscript.KeysOfChannel(l.channel)
 		for owner, w := range l.owners {
 			if w.grants == nil || !ok {
 				continue

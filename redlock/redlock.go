@@ -238,7 +238,7 @@ func New(clients []redis.UniversalClient, o *Options) (*Driver, error) {
 	if err := redisscript.CheckPrefix(d.prefix); err != nil {
 		return nil, openurl.Invalid("KeyPrefix", "redlock: invalid KeyPrefix: %w", err)
 	}
-	d.grantCh = newGrantChannel(d.prefix)
+	d.grantCh = redisscript.NewGrantChannel(d.prefix)
 	d.grantSubs = make([]bool, len(clients))
 	d.grantTried = make([]time.Time, len(clients))
 	for i, c := range clients {

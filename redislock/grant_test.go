@@ -1,0 +1,159 @@
+package redislock
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisscript"
+	"github.com/dlock/dlock/internal/testwait"
+)
+
+// openDriver opens a second driver (another process) on f's server.
+func (f *fixture) openDriver(t *testing.T, query string) *Driver {
+	t.Helper()
+	u, err := url.Parse(f.srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.RawQuery = query
+	d, err := OpenURL(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d.(*Driver)
+}
+
+// TestHandOffByGrant: the release that frees a lock grants it to the
+// queued waiter at once (the lock is the waiter's when the release
+// returns, with the next token), and the waiter's Acquire returns that
+// grant without another script call. Before grant-in-release the release
+// deleted the lock and woke the waiter, which took it with an acquire of
+// its own.
+func TestHandOffByGrant(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	w := f.openDriver(t, "")
+	const name = "handoff-grant"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	hreq := driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
+	hg, err := f.d.TryAcquire(ctx, hreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wreq := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second}
+	type res struct {
+		g   driver.Grant
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		g, err := w.Acquire(ctx, wreq)
+		done <- res{g, err}
+	}()
+	testwait.Until(t, 5*time.Second, "the waiter's grant request", func() bool {
+		v, err := f.admin.HGet(ctx, redisscript.GrantsKey(k), "waiter").Result()
+		return err == nil && strings.Contains(v, "\n")
+	})
+	if _, err := f.d.Release(ctx, lease(hreq, hg)); err != nil {
+		t.Fatal(err)
+	}
+	v, err := f.admin.Get(ctx, k.Lock).Result()
+	if err != nil {
+		t.Fatalf("the lock is free right after the release (%v): the release woke the waiter instead of granting it", err)
+	}
+	want := "1\n" + strconv.FormatUint(hg.Token+1, 10) + "\n\n\nwaiter"
+	if v != want {
+		t.Fatalf("right after the release the lock is %q, want the waiter's grant %q", v, want)
+	}
+	var r res
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("the waiter's Acquire did not return after the grant")
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.g.Token != hg.Token+1 || r.g.Count != 1 {
+		t.Errorf("the waiter's grant: token %d count %d, want token %d count 1", r.g.Token, r.g.Count, hg.Token+1)
+	}
+	if n := w.grantsTaken.Load(); n != 1 {
+		t.Errorf("grants taken from a message: %d, want 1 (the waiter tried again instead)", n)
+	}
+	if _, err := w.Release(ctx, lease(wreq, r.g)); err != nil {
+		t.Fatalf("the waiter's release of its grant: %v", err)
+	}
+	if n, _ := f.admin.Exists(ctx, k.Lock, redisscript.GrantsKey(k), k.Queue).Result(); n != 0 {
+		t.Errorf("%d of the lock, its grant records and its queue are left after the waiter's release", n)
+	}
+}
+
+// TestGrantForNoWaiterReleased: a grant the server sends to a driver for
+// an owner that has no waiting Acquire there (it gave up as the release
+// granted it) is released by the driver, so the lock does not stay held
+// by nobody until its TTL ends.
+func TestGrantForNoWaiterReleased(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	w := f.openDriver(t, "")
+	const name = "grant-gone"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	if !w.subscribeGrants(ctx) {
+		t.Fatal("cannot subscribe the grant channel")
+	}
+	testwait.Until(t, 5*time.Second, "the grant channel subscribed", func() bool {
+		m, err := f.admin.PubSubNumSub(ctx, w.grantCh).Result()
+		return err == nil && m[w.grantCh] == 1
+	})
+	hreq := driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
+	hg, err := f.d.TryAcquire(ctx, hreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "ghost" asked for grants on w's channel and left w without a
+	// waiting Acquire.
+	if _, _, err := redisscript.AcquireWaiting(ctx, f.admin, k, "ghost", 30*time.Second, 0, queueWait, 0, w.grantCh); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.d.Release(ctx, lease(hreq, hg)); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := f.admin.Get(ctx, k.Fence).Uint64(); c != hg.Token+1 {
+		t.Fatalf("fencing counter %d after the release, want %d: the release made no grant", c, hg.Token+1)
+	}
+	testwait.Until(t, 5*time.Second, "the ghost's grant released by w", func() bool {
+		n, err := f.admin.Exists(ctx, k.Lock).Result()
+		return err == nil && n == 0
+	})
+}
+
+// TestGrantWaiterCounts: a grant message counts only when its token is
+// above the counter the waiter's latest refused attempt saw and every
+// token an attempt of its own got since, and only after a refused
+// attempt.
+func TestGrantWaiterCounts(t *testing.T) {
+	w := &grantWaiter{sig: make(chan struct{}, 1)}
+	w.offer(9)
+	if _, _, ok := w.counted(); ok {
+		t.Error("a grant message counts before any refused attempt")
+	}
+	s := time.Now()
+	w.refused(s, 9)
+	if _, _, ok := w.counted(); ok {
+		t.Error("a grant message with the counter's own token counts")
+	}
+	w.offer(10)
+	if tok, sent, ok := w.counted(); !ok || tok != 10 || !sent.Equal(s) {
+		t.Errorf("counted() = %d, %v, %v; want 10 from the refused attempt's send time", tok, sent, ok)
+	}
+	w.granted(11) // an attempt adopted the grant with token 11
+	if _, _, ok := w.counted(); ok {
+		t.Error("the message of a grant an attempt adopted still counts")
+	}
+}

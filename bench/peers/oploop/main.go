@@ -7,8 +7,11 @@
 //	oploop -peer dlock -nodes 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 -n 4000
 //	perf stat -e raw_syscalls:sys_enter oploop -peer redsync -nodes ... -n 4000
 //	oploop -peer dlock,redsync -nodes ... -n 4000
+//	oploop -peer redis-dlock -nodes 127.0.0.1:7001 -n 20000
 //
-// With several peers (comma-separated: dlock, redsync, floor) their ops are
+// With several peers (comma-separated: dlock, redsync, floor for Redlock on
+// every node; redis-dlock, bsm, redis-floor for plain Redis on the first
+// node) their ops are
 // interleaved as in the peer harness (one op of each per round, the first
 // rotating), and the CPU figures are those of all of them together. Setup (connections, script
 // loads) is outside the loop but inside a trace: run it with two values of
@@ -28,6 +31,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	rsredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -35,11 +39,12 @@ import (
 
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/bench/floor"
+	_ "github.com/dlock/dlock/redislock"
 	_ "github.com/dlock/dlock/redlock"
 )
 
 func main() {
-	peers := flag.String("peer", "dlock", "dlock, redsync or floor (SET NX PX + DEL on every node), or several comma-separated (interleaved)")
+	peers := flag.String("peer", "dlock", "dlock, redsync or floor (SET NX PX + DEL on every node); redis-dlock, bsm or redis-floor (one node, the first); or several comma-separated (interleaved)")
 	nodes := flag.String("nodes", "", "host:port of each Redis master, comma-separated")
 	query := flag.String("query", "", "query of dlock's redlock:// URL")
 	n := flag.Int("n", 2000, "Lock+Unlock ops counted (of each peer)")
@@ -151,6 +156,36 @@ func open(ctx context.Context, peer string, addrs []string, query string) (func(
 			return nil, nil, err
 		}
 		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-floor") }, func() { _ = f.Close() }, nil
+	case "redis-dlock":
+		c, err := dlock.Open(ctx, "redis://"+addrs[0]+"/0")
+		if err != nil {
+			return nil, nil, err
+		}
+		m := c.NewMutex("oploop-redis-dlock", nil)
+		return func(ctx context.Context) error {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return l.Unlock(ctx)
+		}, func() { _ = c.Close() }, nil
+	case "redis-floor":
+		f, err := floor.Open(ctx, "redis://"+addrs[0]+"/0")
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-redis-floor") }, func() { _ = f.Close() }, nil
+	case "bsm":
+		// As bench/peers's contender, with the lock's TTL 30s.
+		c := redis.NewClient(&redis.Options{Addr: addrs[0]})
+		lc := redislock.New(c)
+		return func(ctx context.Context) error {
+			l, err := lc.Obtain(ctx, "oploop-bsm", 30*time.Second, nil)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, func() { _ = c.Close() }, nil
 	case "redsync":
 		var pools []rsredis.Pool
 		var cs []*redis.Client

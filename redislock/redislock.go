@@ -31,8 +31,12 @@
 // A waiting Lock (Driver.Acquire) queues in Redis: "dlock:{N}:q" is a sorted
 // set of the waiting owners by arrival (server ms), "dlock:{N}:qd" a hash of
 // each entry's deadline. A free lock goes to the first live waiter only; a
-// release publishes that waiter's owner, so only it is woken, and TryLock
-// or a releaser asking again go behind the queue. A waiter renews its entry
+// release grants the lock to that waiter when it asked (a waiting Lock does,
+// from its second attempt on, except in the plain layout and with
+// MinReplicas) and its driver is connected, and publishes the grant on the
+// driver's own channel, so that the hand-off is one message; otherwise it
+// publishes that waiter's owner, so only it is woken. TryLock or a
+// releaser asking again go behind the queue. A waiter renews its entry
 // every second; an entry whose waiter vanished is dropped three seconds
 // after its last renewal. Both keys expire with their last entry.
 //
@@ -462,8 +466,12 @@ const queueWait = 3 * time.Second
 // Acquire waits for the lock in its queue on the server: waiters are
 // granted in the order they first asked, whichever process they are in.
 // The first attempt is TryAcquire's; once refused, the caller is queued and
-// subscribed, and a release (or a waiter leaving) wakes only the first live
-// waiter, which takes the lock with one more script call. Meanwhile a
+// subscribed, and its later attempts ask to be granted the lock by the
+// release that frees it (see grant.go): the release then hands it over with
+// one message on the driver's grant channel. A release that cannot (no
+// request, the driver not connected, the plain layout or MinReplicas), or
+// a waiter leaving, wakes only the first live waiter, which takes the lock
+// with one more script call. Meanwhile a
 // waiter renews its queue entry every queueWait/3 with another attempt, and
 // also tries when the holder's key would expire. TryAcquire (a caller that
 // does not wait) and a releaser asking again go behind the queued waiters.
@@ -595,8 +603,10 @@ func (d *Driver) detached(ctx context.Context, fn func(context.Context)) {
 	fn(dctx)
 }
 
-// Release gives up one hold. The last hold deletes the lock at once and
-// publishes on its release channel.
+// Release gives up one hold. The last hold frees the lock at once: in the
+// dlock layout it is granted to the first queued waiter if that waiter
+// asked for it and its driver listens (see Acquire), else it is deleted and
+// its release channel published.
 // After Close has begun it fails with an error wrapping dlock.ErrClosed
 // (Close has released, or is releasing, every grant of the driver).
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {

@@ -138,18 +138,7 @@ func open(ctx context.Context, peer string, addrs []string, query string) (func(
 		if query != "" {
 			u += "?" + query
 		}
-		c, err := dlock.Open(ctx, u)
-		if err != nil {
-			return nil, nil, err
-		}
-		m := c.NewMutex("oploop-dlock", nil)
-		return func(ctx context.Context) error {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			return l.Unlock(ctx)
-		}, func() { _ = c.Close() }, nil
+		return dlockOp(ctx, u, "oploop-dlock")
 	case "floor":
 		f, err := floor.Open(ctx, "redlock://"+strings.Join(addrs, ",")+"/0")
 		if err != nil {
@@ -157,18 +146,7 @@ func open(ctx context.Context, peer string, addrs []string, query string) (func(
 		}
 		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-floor") }, func() { _ = f.Close() }, nil
 	case "redis-dlock":
-		c, err := dlock.Open(ctx, "redis://"+addrs[0]+"/0")
-		if err != nil {
-			return nil, nil, err
-		}
-		m := c.NewMutex("oploop-redis-dlock", nil)
-		return func(ctx context.Context) error {
-			l, err := m.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			return l.Unlock(ctx)
-		}, func() { _ = c.Close() }, nil
+		return dlockOp(ctx, "redis://"+addrs[0]+"/0", "oploop-redis-dlock")
 	case "redis-floor":
 		f, err := floor.Open(ctx, "redis://"+addrs[0]+"/0")
 		if err != nil {
@@ -210,6 +188,22 @@ func open(ctx context.Context, peer string, addrs []string, query string) (func(
 			}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown peer %q", peer)
+}
+
+// dlockOp returns Lock+Unlock of the lock name on a dlock Client of rawURL.
+func dlockOp(ctx context.Context, rawURL, name string) (func(context.Context) error, func(), error) {
+	c, err := dlock.Open(ctx, rawURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := c.NewMutex(name, nil)
+	return func(ctx context.Context) error {
+		l, err := m.Lock(ctx)
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	}, func() { _ = c.Close() }, nil
 }
 
 // cpu is the process's user + system CPU time.

@@ -157,3 +157,44 @@ func TestGrantWaiterCounts(t *testing.T) {
 		t.Error("the message of a grant an attempt adopted still counts")
 	}
 }
+
+// TestShortTTLWaiterRenewsForGrants: a waiter that asks for grants tries
+// again (renewing its queue entry and its grant request) at least every
+// TTL/4, so that a grant, whose lease counts from its last refused
+// attempt, leaves it the two thirds of the TTL it needs to be taken from
+// the message; with a 1.2s TTL the entry is renewed well within the
+// 1s that plain waiters wait between attempts.
+func TestShortTTLWaiterRenewsForGrants(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	w := f.openDriver(t, "")
+	const name = "short-ttl-grant"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	hreq := driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
+	if _, err := f.d.TryAcquire(ctx, hreq); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Acquire(wctx, driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 1200 * time.Millisecond})
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	var first string
+	testwait.Until(t, 5*time.Second, "the waiter's grant request", func() bool {
+		v, err := f.admin.HGet(ctx, redisscript.GrantsKey(k), "waiter").Result()
+		if err != nil || !strings.Contains(v, "\n") {
+			return false
+		}
+		first, err = f.admin.HGet(ctx, k.Waits, "waiter").Result()
+		return err == nil
+	})
+	testwait.Until(t, 600*time.Millisecond, "the waiter's queue entry renewed (at least every TTL/4 = 300ms)", func() bool {
+		v, err := f.admin.HGet(ctx, k.Waits, "waiter").Result()
+		return err == nil && v != first
+	})
+}

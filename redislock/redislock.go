@@ -533,6 +533,12 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			}
 		}
 		wait := queueWait / 3
+		if gw != nil {
+			// A grant's lease counts from the last refused attempt:
+			// renewing at least every TTL/4 leaves a grant more than
+			// the two thirds of the TTL it must (see takeGrant).
+			wait = min(wait, max(req.TTL/4, time.Millisecond))
+		}
 		if le.RetryAfter > 0 && le.RetryAfter+time.Millisecond < wait {
 			wait = le.RetryAfter + time.Millisecond
 		}

@@ -29,6 +29,53 @@ func (f *fixture) openDriver(t *testing.T, query string) *Driver {
 	return d.(*Driver)
 }
 
+// grantRun is a lock held by "holder" on f.d and a waiting Acquire of
+// "waiter" on a second driver, w, that has asked for grants.
+type grantRun struct {
+	f     *fixture
+	ctx   context.Context
+	w     *Driver
+	k     redisscript.Keys
+	hreq  driver.AcquireRequest
+	hg    driver.Grant
+	wreq  driver.AcquireRequest
+	done  chan grantResult // the waiter's Acquire
+	close func()           // ends the waiter's Acquire if it still waits
+}
+
+type grantResult struct {
+	g   driver.Grant
+	err error
+}
+
+// newGrantRun sets up a grantRun on name whose waiter has TTL wttl, and
+// waits for the waiter's grant request.
+func newGrantRun(t *testing.T, name string, wttl time.Duration) *grantRun {
+	t.Helper()
+	f := newFixture(t)
+	ctx := ctxT(t)
+	r := &grantRun{f: f, ctx: ctx, w: f.openDriver(t, ""), k: redisscript.KeysFor(DefaultKeyPrefix, name),
+		hreq: driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second},
+		wreq: driver.AcquireRequest{Name: name, Owner: "waiter", TTL: wttl},
+		done: make(chan grantResult, 1)}
+	var err error
+	if r.hg, err = f.d.TryAcquire(ctx, r.hreq); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	go func() {
+		g, err := r.w.Acquire(wctx, r.wreq)
+		r.done <- grantResult{g, err}
+	}()
+	r.close = cancel
+	t.Cleanup(cancel)
+	testwait.Until(t, 5*time.Second, "the waiter's grant request", func() bool {
+		v, err := f.admin.HGet(ctx, redisscript.GrantsKey(r.k), "waiter").Result()
+		return err == nil && strings.Contains(v, "\n")
+	})
+	return r
+}
+
 // TestHandOffByGrant: the release that frees a lock grants it to the
 // queued waiter at once (the lock is the waiter's when the release
 // returns, with the next token), and the waiter's Acquire returns that
@@ -36,30 +83,8 @@ func (f *fixture) openDriver(t *testing.T, query string) *Driver {
 // deleted the lock and woke the waiter, which took it with an acquire of
 // its own.
 func TestHandOffByGrant(t *testing.T) {
-	f := newFixture(t)
-	ctx := ctxT(t)
-	w := f.openDriver(t, "")
-	const name = "handoff-grant"
-	k := redisscript.KeysFor(DefaultKeyPrefix, name)
-	hreq := driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
-	hg, err := f.d.TryAcquire(ctx, hreq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wreq := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 10 * time.Second}
-	type res struct {
-		g   driver.Grant
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		g, err := w.Acquire(ctx, wreq)
-		done <- res{g, err}
-	}()
-	testwait.Until(t, 5*time.Second, "the waiter's grant request", func() bool {
-		v, err := f.admin.HGet(ctx, redisscript.GrantsKey(k), "waiter").Result()
-		return err == nil && strings.Contains(v, "\n")
-	})
+	gr := newGrantRun(t, "handoff-grant", 10*time.Second)
+	f, ctx, w, k, hreq, hg, wreq := gr.f, gr.ctx, gr.w, gr.k, gr.hreq, gr.hg, gr.wreq
 	if _, err := f.d.Release(ctx, lease(hreq, hg)); err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +96,9 @@ func TestHandOffByGrant(t *testing.T) {
 	if v != want {
 		t.Fatalf("right after the release the lock is %q, want the waiter's grant %q", v, want)
 	}
-	var r res
+	var r grantResult
 	select {
-	case r = <-done:
+	case r = <-gr.done:
 	case <-ctx.Done():
 		t.Fatal("the waiter's Acquire did not return after the grant")
 	}
@@ -165,36 +190,16 @@ func TestGrantWaiterCounts(t *testing.T) {
 // the message; with a 1.2s TTL the entry is renewed well within the
 // 1s that plain waiters wait between attempts.
 func TestShortTTLWaiterRenewsForGrants(t *testing.T) {
-	f := newFixture(t)
-	ctx := ctxT(t)
-	w := f.openDriver(t, "")
-	const name = "short-ttl-grant"
-	k := redisscript.KeysFor(DefaultKeyPrefix, name)
-	hreq := driver.AcquireRequest{Name: name, Owner: "holder", TTL: 10 * time.Second}
-	if _, err := f.d.TryAcquire(ctx, hreq); err != nil {
+	gr := newGrantRun(t, "short-ttl-grant", 1200*time.Millisecond)
+	f, ctx, k := gr.f, gr.ctx, gr.k
+	first, err := f.admin.HGet(ctx, k.Waits, "waiter").Result()
+	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.Acquire(wctx, driver.AcquireRequest{Name: name, Owner: "waiter", TTL: 1200 * time.Millisecond})
-		done <- err
-	}()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	var first string
-	testwait.Until(t, 5*time.Second, "the waiter's grant request", func() bool {
-		v, err := f.admin.HGet(ctx, redisscript.GrantsKey(k), "waiter").Result()
-		if err != nil || !strings.Contains(v, "\n") {
-			return false
-		}
-		first, err = f.admin.HGet(ctx, k.Waits, "waiter").Result()
-		return err == nil
-	})
 	testwait.Until(t, 600*time.Millisecond, "the waiter's queue entry renewed (at least every TTL/4 = 300ms)", func() bool {
 		v, err := f.admin.HGet(ctx, k.Waits, "waiter").Result()
 		return err == nil && v != first
 	})
+	gr.close()
+	<-gr.done
 }

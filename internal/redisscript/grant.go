@@ -45,7 +45,7 @@ import (
 //	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms, ARGV[4] queue
 //	entry lifetime ms, ARGV[5] release channel, ARGV[6] score, ARGV[7]
 //	grant channel
-var waitAcquireSrc = Clock + `
+var waitAcquireSrc = queueClock + `
 local owner = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local delay = tonumber(ARGV[3])
@@ -82,25 +82,12 @@ if v then
     return {1, count, f}
   end
 else
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if head then
-    local t = now()
-    local purged = false
-    while head and head ~= owner do
-      local dl = redis.call('HGET', KEYS[4], head)
-      if dl and tonumber(dl) > t then break end
-      redis.call('ZREM', KEYS[3], head)
-      redis.call('HDEL', KEYS[4], head)
-      redis.call('HDEL', KEYS[5], head)
-      purged = true
-      head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local head, purged = dropDead(KEYS[3], KEYS[4], KEYS[5], owner)
+  if head and head ~= owner then
+    if purged then
+      redis.call('PUBLISH', ARGV[5], '0\n' .. head)
     end
-    if head and head ~= owner then
-      if purged then
-        redis.call('PUBLISH', ARGV[5], '0\n' .. head)
-      end
-      v = 'queued'
-    end
+    v = 'queued'
   end
   if not v then
     local ne, nd = lease()
@@ -189,7 +176,7 @@ if x == 0 then
   redis.call('PUBLISH', ARGV[3], f)
   return 0
 end
-` + Clock + `
+` + queueClock + `
 local QG = KEYS[2] .. 'g'
 -- notHeld: the owner does not hold the lock here; if it is still queued
 -- (a grant on a quorum of other nodes came first), it leaves the queue.
@@ -218,51 +205,41 @@ if not x then
 end
 local msg = f
 if x % 2 == 1 then redis.call('HDEL', QG, ARGV[1]) end
-local head = x >= 2 and redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+local head = x >= 2 and dropDead(KEYS[2], KEYS[3], QG, nil)
 if head then
   local t = now()
-  while head do
-    local dl = redis.call('HGET', KEYS[3], head)
-    if dl and tonumber(dl) > t then break end
+  local g = redis.call('HGET', QG, head)
+  local gttl, gdelay, gch
+  if g then gttl, gdelay, gch = string.match(g, '^(%d+)\n(%d+)\n(.+)$') end
+  -- Only a waiter whose driver listens here is granted: a grant
+  -- message is published only for a grant that is kept (a PUBLISH
+  -- reaches the server's replicas and, in a cluster, every node, so a
+  -- message of a grant undone for want of a local subscriber could
+  -- still be heard).
+  if gttl and redis.call('PUBSUB', 'NUMSUB', gch)[2] == 0 then gttl = nil end
+  -- The new token: the counter + 1 (INCR; a counter dlock did not
+  -- write, or a write refused (OOM), makes no grant).
+  local n = gttl and redis.pcall('INCR', KEYS[4])
+  if type(n) == 'number' and n < 1 then
+    redis.call('DECR', KEYS[4])
+    n = nil
+  end
+  if type(n) == 'number' then
+    local tok = string.format('%.0f', n)
+    local ttl, delay = tonumber(gttl), tonumber(gdelay)
+    local ne, nd = '', ''
+    if delay > 0 then ne, nd = string.format('%.0f', t + ttl), gdelay end
+    -- The grant is written before it is announced: the writes after
+    -- the INCR are not refused.
+    redis.call('SET', KEYS[1], '1\n' .. tok .. '\n' .. ne .. '\n' .. nd .. '\n' .. head, 'PX', ttl + delay)
     redis.call('ZREM', KEYS[2], head)
     redis.call('HDEL', KEYS[3], head)
-    redis.call('HDEL', QG, head)
-    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+    redis.call('HSET', QG, head, '=' .. tok)
+    if redis.call('PTTL', QG) < ttl + delay then redis.call('PEXPIRE', QG, ttl + delay) end
+    redis.call('PUBLISH', gch, tok .. '\n' .. head .. '\n' .. f .. '\n' .. ARGV[1] .. '\n' .. ARGV[3])
+    return 0
   end
-  if head then
-    local g = redis.call('HGET', QG, head)
-    local gttl, gdelay, gch
-    if g then gttl, gdelay, gch = string.match(g, '^(%d+)\n(%d+)\n(.+)$') end
-    -- Only a waiter whose driver listens here is granted: a grant
-    -- message is published only for a grant that is kept (a PUBLISH
-    -- reaches the server's replicas and, in a cluster, every node, so a
-    -- message of a grant undone for want of a local subscriber could
-    -- still be heard).
-    if gttl and redis.call('PUBSUB', 'NUMSUB', gch)[2] == 0 then gttl = nil end
-    -- The new token: the counter + 1 (INCR; a counter dlock did not
-    -- write, or a write refused (OOM), makes no grant).
-    local n = gttl and redis.pcall('INCR', KEYS[4])
-    if type(n) == 'number' and n < 1 then
-      redis.call('DECR', KEYS[4])
-      n = nil
-    end
-    if type(n) == 'number' then
-      local tok = string.format('%.0f', n)
-      local ttl, delay = tonumber(gttl), tonumber(gdelay)
-      local ne, nd = '', ''
-      if delay > 0 then ne, nd = string.format('%.0f', t + ttl), gdelay end
-      -- The grant is written before it is announced: the writes after
-      -- the INCR are not refused.
-      redis.call('SET', KEYS[1], '1\n' .. tok .. '\n' .. ne .. '\n' .. nd .. '\n' .. head, 'PX', ttl + delay)
-      redis.call('ZREM', KEYS[2], head)
-      redis.call('HDEL', KEYS[3], head)
-      redis.call('HSET', QG, head, '=' .. tok)
-      if redis.call('PTTL', QG) < ttl + delay then redis.call('PEXPIRE', QG, ttl + delay) end
-      redis.call('PUBLISH', gch, tok .. '\n' .. head .. '\n' .. f .. '\n' .. ARGV[1] .. '\n' .. ARGV[3])
-      return 0
-    end
-    msg = f .. '\n' .. head
-  end
+  msg = f .. '\n' .. head
 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[3], msg)

@@ -11,16 +11,11 @@ import (
 )
 
 // clock is the lazily read server clock of every script: now() reads TIME
-// once (after redis.replicate_commands, see below). It is the only function
-// the acquire and release scripts define, and they define it after their
-// fast paths (a free lock nobody waits for taken without lock-delay, its
-// one hold released with nobody queued), so those build no closure at all.
-const clock = Clock
-
-// Clock is the Lua prelude that defines now() as described for clock, for
-// scripts of other packages built on these keys (redlock's grant-in-release
-// variants) to start with instead of a copy.
-const Clock = `
+// once (after redis.replicate_commands, see below). The mutex acquire and
+// release scripts define it (with queueClock) after their fast paths (a
+// free lock nobody waits for taken without lock-delay, its one hold
+// released with nobody queued), so those build no closure at all.
+const clock = `
 local nowms
 local function now()
   if not nowms then
@@ -29,6 +24,32 @@ local function now()
     nowms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   return nowms
+end
+`
+
+// queueClock is clock and dropDead, the waiter queue's clean-up shared by
+// the mutex acquire and release scripts (and their grant-in-release
+// variants): dropDead(q, qd, qg, stop) drops the entries at the head of
+// queue q whose deadline in qd is missing or past (from qg too, when not
+// nil), up to the first live one or stop, and returns the head left (nil
+// when the queue is empty) and whether it dropped any. The server's time
+// is read only when the queue has a head.
+const queueClock = clock + `
+local function dropDead(q, qd, qg, stop)
+  local head = redis.call('ZRANGE', q, 0, 0)[1]
+  if not head then return nil, false end
+  local t = now()
+  local purged = false
+  while head and head ~= stop do
+    local dl = redis.call('HGET', qd, head)
+    if dl and tonumber(dl) > t then break end
+    redis.call('ZREM', q, head)
+    redis.call('HDEL', qd, head)
+    if qg then redis.call('HDEL', qg, head) end
+    purged = true
+    head = redis.call('ZRANGE', q, 0, 0)[1]
+  end
+  return head, purged
 end
 `
 
@@ -127,7 +148,7 @@ if free and ARGV[3] == '0' then
   if type(n) == 'number' then redis.call('DECR', KEYS[2]) end
   return {0, redis.call('PTTL', KEYS[2]), '0', '', 1}
 end
-` + clock + `
+` + queueClock + `
 if free then
   -- Free, nobody waits, with a lock-delay.
   local ttl = tonumber(ARGV[2])
@@ -164,24 +185,12 @@ if v then
     return {1, count, f}
   end
 else
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if head then
-    local t = now()
-    local purged = false
-    while head and head ~= owner do
-      local dl = redis.call('HGET', KEYS[4], head)
-      if dl and tonumber(dl) > t then break end
-      redis.call('ZREM', KEYS[3], head)
-      redis.call('HDEL', KEYS[4], head)
-      purged = true
-      head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local head, purged = dropDead(KEYS[3], KEYS[4], nil, owner)
+  if head and head ~= owner then
+    if purged and ARGV[5] ~= '' then
+      redis.call('PUBLISH', ARGV[5], '0\n' .. head)
     end
-    if head and head ~= owner then
-      if purged and ARGV[5] ~= '' then
-        redis.call('PUBLISH', ARGV[5], '0\n' .. head)
-      end
-      v = 'queued'
-    end
+    v = 'queued'
   end
   if not v then
     local ne, nd = '', ''
@@ -244,7 +253,7 @@ if not queued and f ~= '0' and v == '1\n' .. f .. '\n\n\n' .. ARGV[1] then
   if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], f) end
   return 0
 end
-` + clock + `
+` + queueClock + `
 if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
   -- Not the common case (the one hold of a grant without lock-delay,
   -- whose key exists only while its lease is live): parse the value.
@@ -263,18 +272,8 @@ if f == '0' or v ~= '1\n' .. f .. '\n\n\n' .. ARGV[1] then
 end
 local msg = f
 if queued then
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  if head then
-    local t = now()
-    while head do
-      local dl = redis.call('HGET', KEYS[3], head)
-      if dl and tonumber(dl) > t then break end
-      redis.call('ZREM', KEYS[2], head)
-      redis.call('HDEL', KEYS[3], head)
-      head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-    end
-    if head then msg = f .. '\n' .. head end
-  end
+  local head = dropDead(KEYS[2], KEYS[3], nil, nil)
+  if head then msg = f .. '\n' .. head end
 end
 redis.call('DEL', KEYS[1])
 if ARGV[3] ~= '' then

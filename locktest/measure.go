@@ -80,6 +80,48 @@ func InterleavePrimed(ctx context.Context, b Budget, ops []func(ctx context.Cont
 	return interleave(ctx, b, 1, ops)
 }
 
+// InterleaveBlocks times ops in blocks: each round gives every op, in an
+// order rotated by one each round, a block of back-to-back runs that lasts
+// about block; the first run of a block is not timed, and every block times
+// at least one run. It stops when b runs out (b.Max counts rounds) or at the
+// first error, and returns the durations of each op, indexed like ops.
+//
+// Use it when one op leaves the machine or a shared server busy for several
+// runs after it returns (a PostgreSQL session holding 10,000 advisory locks
+// walks all of them at every commit; its backend's work and the scheduler's
+// catch-up spill onto whatever runs next): Interleave would charge that to
+// every run of the op after it, InterleavePrimed to every run past the first.
+// In blocks it lands on the untimed first run and the few after it, not on
+// the median. Blocks still alternate, so drift of a noisy machine hits all
+// ops alike.
+func InterleaveBlocks(ctx context.Context, b Budget, block time.Duration, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
+	out := make([][]time.Duration, len(ops))
+	deadline := b.deadline(time.Now())
+	for round := 0; b.more(round, deadline); round++ {
+		for k := range ops {
+			i := (k + round) % len(ops)
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
+			if err := ops[i](ctx); err != nil {
+				return out, fmt.Errorf("op %d: %w", i, err)
+			}
+			end := time.Now().Add(block)
+			for first := true; first || time.Now().Before(end); first = false {
+				if err := ctx.Err(); err != nil {
+					return out, err
+				}
+				t0 := time.Now()
+				if err := ops[i](ctx); err != nil {
+					return out, fmt.Errorf("op %d: %w", i, err)
+				}
+				out[i] = append(out[i], time.Since(t0))
+			}
+		}
+	}
+	return out, nil
+}
+
 func interleave(ctx context.Context, b Budget, prime int, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
 	out := make([][]time.Duration, len(ops))
 	deadline := b.deadline(time.Now())

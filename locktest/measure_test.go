@@ -107,6 +107,58 @@ func TestInterleavePrimed(t *testing.T) {
 	}
 }
 
+// TestInterleaveBlocks: each op runs in blocks of back-to-back runs whose
+// first is untimed, blocks rotate, and an op that slows the next few runs
+// of whatever follows it (a shared server still busy) does not move the
+// other op's median, as it does under InterleavePrimed.
+func TestInterleaveBlocks(t *testing.T) {
+	var order []int
+	op := func(i int) func(context.Context) error {
+		return func(context.Context) error {
+			order = append(order, i)
+			return nil
+		}
+	}
+	ds, err := InterleaveBlocks(context.Background(), Budget{Max: 2}, 0, []func(context.Context) error{op(0), op(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{0, 0, 1, 1, 1, 1, 0, 0}; !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v", order, want)
+	}
+	if len(ds[0]) != 2 || len(ds[1]) != 2 {
+		t.Fatalf("samples %d and %d, want 2 each (one timed run per zero-length block)", len(ds[0]), len(ds[1]))
+	}
+
+	const spill, cost = 3, 20 * time.Millisecond
+	var after int // runs of the victim still slowed by the heavy op
+	heavy := func(context.Context) error { after = spill; return nil }
+	victim := func(context.Context) error {
+		if after > 0 {
+			after--
+			time.Sleep(cost) // the simulated cost of sharing a busy server
+		}
+		return nil
+	}
+	ops := []func(context.Context) error{heavy, victim}
+	ds, err = InterleaveBlocks(context.Background(), Budget{Max: 4}, 50*time.Millisecond, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := Summarize(ds[1]).P50; p >= cost {
+		t.Fatalf("blocks: victim p50 %v over %d samples: the heavy op's spill reached the median", p, len(ds[1]))
+	}
+	// The same pair under InterleavePrimed: the spill outlasts the priming
+	// run, so the victim's median is the spill (the case blocks are for).
+	ds, err = InterleavePrimed(context.Background(), Budget{Max: 4}, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := Summarize(ds[1]).P50; p < cost {
+		t.Fatalf("primed: victim p50 %v, want the spill's %v (the model is wrong)", p, cost)
+	}
+}
+
 // TestHotLockCounts: Max bounds the grants, every hand-off is measured, and
 // an empty Budget takes one grant rather than running forever.
 func TestHotLockCounts(t *testing.T) {

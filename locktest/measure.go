@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -62,9 +63,10 @@ func (b Budget) more(i int, deadline time.Time) bool {
 	return b.Max > 0 || i == 0
 }
 
-// Interleave times ops round-robin: each round runs every op once, in an
-// order rotated by one each round, so that drift on a noisy machine hits all
-// of them alike. It returns the durations of each op, indexed like ops, and
+// Interleave times ops in rounds: each round runs every op once, in an
+// order shuffled anew each round (from a fixed seed, so the sequence is the
+// same on every run), so that drift on a noisy machine hits all of them
+// alike and no op always comes right after the same other one (see order). It returns the durations of each op, indexed like ops, and
 // stops at the first error (wrapped with the op's index) or when b runs out.
 func Interleave(ctx context.Context, b Budget, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
 	return interleave(ctx, b, 0, ops)
@@ -81,7 +83,7 @@ func InterleavePrimed(ctx context.Context, b Budget, ops []func(ctx context.Cont
 }
 
 // InterleaveBlocks times ops in blocks: each round gives every op, in an
-// order rotated by one each round, a block of back-to-back runs that lasts
+// order shuffled as Interleave's, a block of back-to-back runs that lasts
 // about block; the first run of a block is not timed, and every block times
 // at least one run. It stops when b runs out (b.Max counts rounds) or at the
 // first error, and returns the durations of each op, indexed like ops.
@@ -97,9 +99,9 @@ func InterleavePrimed(ctx context.Context, b Budget, ops []func(ctx context.Cont
 func InterleaveBlocks(ctx context.Context, b Budget, block time.Duration, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
 	out := make([][]time.Duration, len(ops))
 	deadline := b.deadline(time.Now())
+	var o order
 	for round := 0; b.more(round, deadline); round++ {
-		for k := range ops {
-			i := (k + round) % len(ops)
+		for _, i := range o.next(len(ops)) {
 			if err := ctx.Err(); err != nil {
 				return out, err
 			}
@@ -125,12 +127,12 @@ func InterleaveBlocks(ctx context.Context, b Budget, block time.Duration, ops []
 func interleave(ctx context.Context, b Budget, prime int, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
 	out := make([][]time.Duration, len(ops))
 	deadline := b.deadline(time.Now())
+	var o order
 	for round := 0; b.more(round, deadline); round++ {
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		for k := range ops {
-			i := (k + round) % len(ops)
+		for _, i := range o.next(len(ops)) {
 			for range prime {
 				if err := ops[i](ctx); err != nil {
 					return out, fmt.Errorf("op %d: %w", i, err)
@@ -144,6 +146,30 @@ func interleave(ctx context.Context, b Budget, prime int, ops []func(ctx context
 		}
 	}
 	return out, nil
+}
+
+// order is the running order of Interleave's rounds: a new random
+// permutation every round, from a fixed seed (the same sequence on every
+// run). Rotating one order would keep every op right after the same other
+// one, and an op whose work goes on after it returns (a PostgreSQL commit
+// that wakes the WAL writer, a server still busy) would be charged to that
+// one op on every round; shuffled, every op follows each other one about
+// equally often, and drift of a noisy machine still hits all of them alike.
+type order struct {
+	rng  *rand.Rand
+	perm []int
+}
+
+func (o *order) next(n int) []int {
+	if o.rng == nil {
+		o.rng = rand.New(rand.NewPCG(1, 2))
+		o.perm = make([]int, n)
+		for i := range o.perm {
+			o.perm[i] = i
+		}
+	}
+	o.rng.Shuffle(n, func(i, j int) { o.perm[i], o.perm[j] = o.perm[j], o.perm[i] })
+	return o.perm
 }
 
 // LockFunc takes one lock, waiting as long as ctx allows, and returns the

@@ -3,7 +3,6 @@ package locktest
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,29 +36,67 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-// TestInterleaveRotates: every round runs each op once, the first op of a
-// round moving by one each round; an error stops it, naming the op.
-func TestInterleaveRotates(t *testing.T) {
+// TestInterleaveShuffles: every round runs each op once, in an order that
+// changes from round to round, so that every op comes right after each
+// other one; an error stops it, naming the op.
+func TestInterleaveShuffles(t *testing.T) {
 	var order []int
 	op := func(i int) func(context.Context) error {
 		return func(context.Context) error { order = append(order, i); return nil }
 	}
-	ds, err := Interleave(context.Background(), Budget{Max: 3}, []func(context.Context) error{op(0), op(1), op(2)})
+	const rounds = 300
+	ds, err := Interleave(context.Background(), Budget{Max: rounds}, []func(context.Context) error{op(0), op(1), op(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []int{0, 1, 2, 1, 2, 0, 2, 0, 1}
-	if len(order) != len(want) {
-		t.Fatalf("order %v, want %v", order, want)
+	if len(order) != 3*rounds {
+		t.Fatalf("%d runs, want %d", len(order), 3*rounds)
 	}
-	for i := range want {
-		if order[i] != want[i] {
-			t.Fatalf("order %v, want %v", order, want)
+	after := map[[2]int]int{} // [previous op, op] -> times
+	for r := 0; r < rounds; r++ {
+		seen := map[int]bool{}
+		for _, i := range order[3*r : 3*r+3] {
+			seen[i] = true
+		}
+		if len(seen) != 3 {
+			t.Fatalf("round %d ran %v, want each op once", r, order[3*r:3*r+3])
+		}
+	}
+	for k := 1; k < len(order); k++ {
+		after[[2]int{order[k-1], order[k]}]++
+	}
+	for a := range 3 {
+		for b := range 3 {
+			if a != b && after[[2]int{a, b}] < rounds/6 {
+				t.Fatalf("op %d came right after op %d %d times in %d rounds: the order does not mix (%v)", b, a, after[[2]int{a, b}], rounds, after)
+			}
 		}
 	}
 	for i, d := range ds {
-		if len(d) != 3 {
-			t.Fatalf("op %d: %d samples, want 3", i, len(d))
+		if len(d) != rounds {
+			t.Fatalf("op %d: %d samples, want %d", i, len(d), rounds)
+		}
+	}
+	// An op that slows whatever runs right after it (work it leaves behind
+	// on a shared server) slows each other op only in some rounds, not at
+	// its median: with a fixed order its successor paid for it every time.
+	const cost = 2 * time.Millisecond
+	spill := false
+	heavy := func(context.Context) error { spill = true; return nil }
+	victim := func(context.Context) error {
+		if spill {
+			spill = false
+			time.Sleep(cost) // the simulated cost of a server still busy
+		}
+		return nil
+	}
+	ds, err = Interleave(context.Background(), Budget{Max: 200}, []func(context.Context) error{heavy, victim, victim, victim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 4; i++ {
+		if p := Summarize(ds[i]).P50; p >= cost {
+			t.Fatalf("op %d, one of three after a heavy op: p50 %v, the heavy op's spill", i, p)
 		}
 	}
 	boom := errors.New("boom")
@@ -92,8 +129,9 @@ func TestInterleavePrimed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{0, 0, 1, 1, 1, 1, 0, 0}; !slices.Equal(order, want) {
-		t.Fatalf("order %v, want %v", order, want)
+	if len(order) != 8 || order[0] != order[1] || order[2] != order[3] || order[4] != order[5] || order[6] != order[7] ||
+		order[0] == order[2] || order[4] == order[6] {
+		t.Fatalf("order %v, want each op twice in a row (primed, then timed), each once per round", order)
 	}
 	for i, d := range ds {
 		if len(d) != 2 {
@@ -123,8 +161,9 @@ func TestInterleaveBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []int{0, 0, 1, 1, 1, 1, 0, 0}; !slices.Equal(order, want) {
-		t.Fatalf("order %v, want %v", order, want)
+	if len(order) != 8 || order[0] != order[1] || order[2] != order[3] || order[4] != order[5] || order[6] != order[7] ||
+		order[0] == order[2] || order[4] == order[6] {
+		t.Fatalf("order %v, want blocks of two runs (untimed, then timed), each op once per round", order)
 	}
 	if len(ds[0]) != 2 || len(ds[1]) != 2 {
 		t.Fatalf("samples %d and %d, want 2 each (one timed run per zero-length block)", len(ds[0]), len(ds[1]))

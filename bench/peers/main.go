@@ -3,8 +3,9 @@
 // redsync and bsm/redislock on Redis, redsync on Redlock, etcd's
 // concurrency.Mutex, go-zookeeper's zk.Lock, and hand-written blocking
 // pg_advisory_lock and GET_LOCK. Contenders of a backend run interleaved
-// round-robin (every round runs each once, in an order rotated each round),
-// so drift on a noisy machine hits them all alike; read the ratios.
+// (every round runs each once, in an order shuffled each round), so drift
+// on a noisy machine hits them all alike and none always runs right after
+// the same other one; read the ratios.
 //
 // It is its own Go module, so that the peers never become dependencies of
 // dlock. It takes the servers' URLs as flags; `make bench-peers` (the

@@ -32,9 +32,10 @@ const (
 	// one lock carry the same token.
 	ClassDuplicateToken = "duplicate-token"
 	// ClassLateUnlock: an Unlock returned nil although another owner had
-	// been granted the lock after this lease's grant and before the Unlock
-	// started: release is owner-checked, so it must have reported
-	// ErrNotHeld.
+	// been granted the lock after this lease's grant (with a greater
+	// token, when both are known: a grant whose reply came later but whose
+	// token is smaller was made first) and before the Unlock started:
+	// release is owner-checked, so it must have reported ErrNotHeld.
 	ClassLateUnlock = "late-unlock"
 	// ClassLiveness: for longer than 2×TTL + LockDelay a lock had waiters
 	// (requests sent and not yet answered) and no holder (no lease granted

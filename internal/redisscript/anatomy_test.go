@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/dlock/dlock/internal/redisinfo"
-	"github.com/dlock/dlock/internal/testserver"
 )
 
 // BenchmarkScriptAnatomy takes the server time of the uncontended acquire
@@ -23,15 +20,9 @@ import (
 // uncontended Lock+Unlock against a peer without a fencing counter, a
 // queue or a release notification (docs/performance.md, ninth round).
 func BenchmarkScriptAnatomy(b *testing.B) {
-	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
-	opt, _ := redis.ParseURL(srv.URL())
-	c := redis.NewClient(opt)
-	defer c.Close()
-	usec := func() float64 {
-		s, _ := c.Info(ctx, "commandstats").Result()
-		return redisinfo.Commands(s)["evalsha"].UsecPerCall
-	}
+	c, stats := statsServer(b)
+	usec := func() float64 { return stats()["evalsha"].UsecPerCall }
 	type variant struct {
 		name string
 		s    *redis.Script

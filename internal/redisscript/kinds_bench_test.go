@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/redisinfo"
-	"github.com/dlock/dlock/internal/testserver"
 )
 
 // BenchmarkKindScriptCPU measures the Redis server's time per call (INFO
@@ -20,18 +16,9 @@ import (
 // by 100 other holders (the holder set's cost grows with log n, not n),
 // beside the mutex's, as medians over alternating phases.
 func BenchmarkKindScriptCPU(b *testing.B) {
-	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
-	opt, _ := redis.ParseURL(srv.URL())
-	c := redis.NewClient(opt)
-	defer c.Close()
-	perCall := func() float64 {
-		s, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return redisinfo.Commands(s)["evalsha"].UsecPerCall
-	}
+	c, stats := statsServer(b)
+	perCall := func() float64 { return stats()["evalsha"].UsecPerCall }
 	const calls = 1000
 	type variant struct {
 		name   string

@@ -69,6 +69,23 @@ return 0
 `)
 )
 
+// statsServer starts a test server for a benchmark of the server's time
+// per call, and returns a client on it (closed when b ends) and stats, which
+// reads its INFO commandstats (b fails on an error).
+func statsServer(b *testing.B) (*redis.Client, func() map[string]redisinfo.Stat) {
+	srv := testserver.Redis(b, nil)
+	opt, _ := redis.ParseURL(srv.URL())
+	c := redis.NewClient(opt)
+	b.Cleanup(func() { _ = c.Close() })
+	return c, func() map[string]redisinfo.Stat {
+		s, err := c.Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return redisinfo.Commands(s)
+	}
+}
+
 // BenchmarkScriptCPU measures the Redis server's time per call of the
 // acquire and release scripts on a free lock (INFO commandstats,
 // usec_per_call of evalsha), the current scripts against the previous ones
@@ -76,18 +93,9 @@ return 0
 // acquire-µs, release-µs, old-acquire-µs, old-release-µs and new/old, the
 // ratio of the sums; min-new/old is that ratio of the fastest phases.
 func BenchmarkScriptCPU(b *testing.B) {
-	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
-	opt, _ := redis.ParseURL(srv.URL())
-	c := redis.NewClient(opt)
-	defer c.Close()
-	perCall := func() float64 {
-		s, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return redisinfo.Commands(s)["evalsha"].UsecPerCall
-	}
+	c, stats := statsServer(b)
+	perCall := func() float64 { return stats()["evalsha"].UsecPerCall }
 	const calls = 2000
 	keys := make([]Keys, calls)
 	for i := range keys {
@@ -141,18 +149,11 @@ func BenchmarkScriptCPU(b *testing.B) {
 // scripted compare-and-delete), in alternating phases on one server.
 // Metrics: pair-µs, floor-µs (medians over the phases) and pair/floor.
 func BenchmarkPairServerTime(b *testing.B) {
-	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
-	opt, _ := redis.ParseURL(srv.URL())
-	c := redis.NewClient(opt)
-	defer c.Close()
+	c, stats := statsServer(b)
 	total := func() float64 {
-		s, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
 		var sum float64
-		for cmd, st := range redisinfo.Commands(s) {
+		for cmd, st := range stats() {
 			if strings.HasPrefix(cmd, "eval") || strings.HasPrefix(cmd, "fcall") || cmd == "set" {
 				sum += float64(st.Usec)
 			}
@@ -214,18 +215,9 @@ func BenchmarkPairServerTime(b *testing.B) {
 // round's figures in docs/performance.md were taken against a copy of the
 // old scripts kept in the test only while measuring.)
 func BenchmarkFastPathServerTime(b *testing.B) {
-	srv := testserver.Redis(b, nil)
 	ctx := context.Background()
-	opt, _ := redis.ParseURL(srv.URL())
-	c := redis.NewClient(opt)
-	defer c.Close()
-	usecPerCall := func(cmd string) float64 {
-		s, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return redisinfo.Commands(s)[cmd].UsecPerCall
-	}
+	c, stats := statsServer(b)
+	usecPerCall := func(cmd string) float64 { return stats()[cmd].UsecPerCall }
 	cad := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 	const calls = 500
 	seq := 0

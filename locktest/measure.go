@@ -66,8 +66,9 @@ func (b Budget) more(i int, deadline time.Time) bool {
 // Interleave times ops in rounds: each round runs every op once, in an
 // order shuffled anew each round (from a fixed seed, so the sequence is the
 // same on every run), so that drift on a noisy machine hits all of them
-// alike and no op always comes right after the same other one (see order). It returns the durations of each op, indexed like ops, and
-// stops at the first error (wrapped with the op's index) or when b runs out.
+// alike and no op always comes right after the same other one (see order).
+// It returns the durations of each op, indexed like ops, and stops at the
+// first error (wrapped with the op's index) or when b runs out.
 func Interleave(ctx context.Context, b Budget, ops []func(ctx context.Context) error) ([][]time.Duration, error) {
 	return interleave(ctx, b, 0, ops)
 }

@@ -259,7 +259,7 @@ func wake(ctx context.Context, cfg *config, b backend, res *result) {
 // PostgreSQL session holding 10,000 advisory locks walks them all at every
 // commit) slows the server for the next few operations of whichever client
 // comes after it. Interleaved op by op, even with a priming run, that
-// charged PostgreSQL lease mode's Lock+Unlock 1.6-1.9x for the peer's 10,000
+// charged PostgreSQL lease mode's Lock+Unlock 1.3-1.9x for the peer's 10,000
 // advisory locks (and once 6.6x), while alone on the same server, with the
 // peer's locks still held, it did not move.
 func manyHeld(ctx context.Context, cfg *config, b backend, res *result) {

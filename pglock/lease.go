@@ -55,6 +55,12 @@ func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driv
 	if !won {
 		return driver.Grant{}, &driver.LockedError{RetryAfter: time.Duration(retryAfter) * time.Microsecond, Token: uint64(fence)}
 	}
+	if fence == 1 {
+		// The name's first grant: its row was inserted (a row's fence
+		// only grows; one that another driver raised first does not
+		// count here, which only delays the next ANALYZE).
+		d.rowAdded()
+	}
 	return driver.Grant{Token: uint64(fence), Count: count, TTL: req.TTL}, nil
 }
 

@@ -137,6 +137,7 @@ type store struct {
 	q       queries
 	pgVer   int        // server_version_num, read with the schema
 	rows    *knownRows // ModeAdvisory: names whose row is known to exist
+	grown   *growth    // rows added, and the ANALYZEs that follow them
 
 	// testHookLocked, set only by tests before first use, runs inside a
 	// session-mode TryAcquire with the lock just taken on the server: in
@@ -169,7 +170,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &store{pool: pool, table: cfg.Table, channel: strings.ToLower(cfg.Table) + "_release", q: newQueries(cfg.Table), rows: &knownRows{}}
+	st := &store{pool: pool, table: cfg.Table, channel: strings.ToLower(cfg.Table) + "_release", q: newQueries(cfg.Table), rows: &knownRows{}, grown: newGrowth()}
 	d := &Driver{store: st, ownPool: own, mode: Mode(cfg.Mode)}
 	var locker sqlcommon.Locker
 	switch d.mode {
@@ -311,6 +312,7 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.ln.close()
+	d.grown.close()
 	if d.ownPool {
 		d.pool.Close()
 	}
@@ -324,6 +326,7 @@ func (d *Driver) Close() error {
 func (d *Driver) kill() {
 	d.base.Kill()
 	d.ln.close()
+	d.grown.close()
 	if d.ownPool {
 		d.pool.Close()
 	}

@@ -45,22 +45,13 @@ import (
 //	ARGV[1] owner, ARGV[2] TTL ms, ARGV[3] lock-delay ms, ARGV[4] queue
 //	entry lifetime ms, ARGV[5] release channel, ARGV[6] score, ARGV[7]
 //	grant channel
-var waitAcquireSrc = queueClock + `
-local owner = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local delay = tonumber(ARGV[3])
-local wait = tonumber(ARGV[4])
+var waitAcquireSrc = queueClock + readHeld + `
 local function lease()
   if delay > 0 then return string.format('%.0f', now() + ttl), ARGV[3] end
   return '', ''
 end
-local v = redis.pcall('GET', KEYS[1])
-local c, f, e, d, o
 if v then
-  if type(v) == 'string' then
-    c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
-  end
-  if c and o == owner and (e == '' or tonumber(e) > now()) then
+  if mine then
     local ne, nd = lease()
     local count = tonumber(c)
     if redis.call('HGET', KEYS[5], owner) == '=' .. f then

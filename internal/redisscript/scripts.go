@@ -53,6 +53,25 @@ local function dropDead(q, qd, qg, stop)
 end
 `
 
+// readHeld is the part of the mutex acquire scripts (acquireSrc and
+// waitAcquireSrc) after their fast paths that reads the lock: the
+// arguments owner, ttl, delay and wait, the lock's value v (GET with
+// pcall: false when absent, an error table for another type), its fields
+// c, f, e, d, o when it is a value dlock wrote, and mine, true when that
+// value is owner's live lease. It needs now() (queueClock) defined before it.
+const readHeld = `
+local owner = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local delay = tonumber(ARGV[3])
+local wait = tonumber(ARGV[4])
+local v = redis.pcall('GET', KEYS[1])
+local c, f, e, d, o
+if type(v) == 'string' then
+  c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
+end
+local mine = c and o == owner and (e == '' or tonumber(e) > now())
+`
+
 // A lock's value is one string, so that a grant is one SET ... PX and a
 // check one GET (cheaper on the server than a hash):
 //
@@ -165,17 +184,9 @@ if free then
   redis.call('SET', KEYS[1], '1\n' .. string.format('%.0f', n) .. ne .. '\n' .. ARGV[1], 'PX', px)
   return n
 end
-local owner = ARGV[1]
-local ttl = tonumber(ARGV[2])
-local delay = tonumber(ARGV[3])
-local wait = tonumber(ARGV[4])
-local v = redis.pcall('GET', KEYS[1])
-local c, f, e, d, o
+` + readHeld + `
 if v then
-  if type(v) == 'string' then
-    c, f, e, d, o = string.match(v, '^(%d+)\n(%d+)\n(%d*)\n(%d*)\n(.*)$')
-  end
-  if c and o == owner and (e == '' or tonumber(e) > now()) then
+  if mine then
     local ne, nd = '', ''
     if delay > 0 then
       ne, nd = string.format('%.0f', now() + ttl), ARGV[3]

@@ -49,6 +49,7 @@ type Lane struct {
 	client *redis.Client
 	base   time.Time
 	last   atomic.Int64 // when the latest call began (lane or pool), ns since base
+	within int64        // Idle in ns; tests widen it (SetIdle)
 	idle   *time.Timer  // gives an idle connection back (drop)
 
 	mu     sync.Mutex // held by the call using conn
@@ -62,7 +63,7 @@ func New(c *redis.Client) *Lane {
 	if c.Options().PoolSize < MinPool {
 		return nil
 	}
-	l := &Lane{client: c, base: time.Now()}
+	l := &Lane{client: c, base: time.Now(), within: int64(Idle)}
 	l.idle = time.AfterFunc(time.Hour, l.drop)
 	l.idle.Stop()
 	return l
@@ -79,7 +80,7 @@ func (l *Lane) drop() {
 	if l.conn == nil {
 		return
 	}
-	if int64(time.Since(l.base))-l.last.Load() <= int64(Idle) {
+	if int64(time.Since(l.base))-l.last.Load() <= l.within {
 		l.idle.Reset(GiveBack)
 		return
 	}
@@ -100,7 +101,7 @@ func (l *Lane) Take() *redis.Conn {
 	if !l.mu.TryLock() {
 		return nil
 	}
-	if l.closed || now-prev > int64(Idle) {
+	if l.closed || now-prev > l.within {
 		if l.conn != nil {
 			_ = l.conn.Close() // back to the pool, which checks it before its next use
 			l.conn = nil
@@ -167,6 +168,11 @@ func (l *Lane) HasConn() bool {
 func (l *Lane) SetLastCall(ago time.Duration) {
 	l.last.Store(int64(time.Since(l.base) - ago))
 }
+
+// SetIdle replaces Idle for l (for tests, before its first call): on a
+// loaded machine a round trip can take longer than 5ms, and a test of what
+// back-to-back calls do must not depend on that.
+func (l *Lane) SetIdle(d time.Duration) { l.within = int64(d) }
 
 // Client is a redis.UniversalClient whose EvalSha and Eval calls (those of
 // redis.Script.Run) run on a lane when the lane takes them; every other

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisinfo"
 	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testwait"
 )
@@ -202,4 +203,82 @@ func TestShortTTLWaiterRenewsForGrants(t *testing.T) {
 	})
 	gr.close()
 	<-gr.done
+}
+
+// TestHotLockHandOffCommands: a lock handed back and forth between two
+// drivers' waiting Acquires costs the server two scripts per hand-off, the
+// waiter's one attempt (queued, asking for a grant) and the holder's
+// granting release, and no SUBSCRIBE or UNSUBSCRIBE: the release channel
+// stays subscribed between the Acquires (listenLinger), so a waiting
+// Acquire on it asks for a grant from its first attempt and needs no retry
+// for a subscription's confirmation. Before, each waiting Acquire
+// subscribed, tried again once subscribed, and unsubscribed as it returned.
+func TestHotLockHandOffCommands(t *testing.T) {
+	f := newFixture(t)
+	ctx := ctxT(t)
+	ds := []*Driver{f.d, f.openDriver(t, "")}
+	const name = "hot-hand-off"
+	k := redisscript.KeysFor(DefaultKeyPrefix, name)
+	req := func(i int) driver.AcquireRequest {
+		return driver.AcquireRequest{Name: name, Owner: "owner-" + strconv.Itoa(i), TTL: time.Minute}
+	}
+	type result struct {
+		g   driver.Grant
+		err error
+	}
+	g, err := ds[0].Acquire(ctx, req(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// handOff has the other driver wait for the lock that holder holds with
+	// grant g, then releases it, and returns the waiter's grant.
+	handOff := func(holder int, g driver.Grant) driver.Grant {
+		t.Helper()
+		w := 1 - holder
+		done := make(chan result, 1)
+		go func() {
+			g, err := ds[w].Acquire(ctx, req(w))
+			done <- result{g, err}
+		}()
+		testwait.Until(t, 5*time.Second, "the waiter queued", func() bool {
+			n, err := f.admin.ZCard(ctx, k.Queue).Result()
+			return err == nil && n == 1
+		})
+		if _, err := ds[holder].Release(ctx, lease(req(holder), g)); err != nil {
+			t.Fatal(err)
+		}
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.g
+	}
+	// Two hand-offs subscribe each driver's release channel (and its
+	// grant channel) and load the scripts.
+	g = handOff(0, g)
+	g = handOff(1, g)
+	if err := f.admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 10
+	for i := range rounds {
+		g = handOff(i%2, g)
+	}
+	s, err := f.admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := redisinfo.Commands(s)
+	if n := st["evalsha"].Calls; n != 2*rounds {
+		t.Errorf("%d hand-offs ran %d scripts, want %d (one attempt and one release each)", rounds, n, 2*rounds)
+	}
+	if n := st["subscribe"].Calls + st["unsubscribe"].Calls; n != 0 {
+		t.Errorf("%d hand-offs sent %d SUBSCRIBE and UNSUBSCRIBE, want none", rounds, n)
+	}
+	if n := st["publish"].Calls; n != rounds {
+		t.Errorf("%d hand-offs published %d messages, want one grant each", rounds, n)
+	}
+	if _, err := ds[rounds%2].Release(ctx, lease(req(rounds%2), g)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -267,6 +267,7 @@ func New(client redis.UniversalClient, o *Options) (*Driver, error) {
 		filter = d.hubFilter
 	}
 	d.hub = redisscript.NewHub(client, filter)
+	d.hub.SetLinger(listenLinger)
 	if c, ok := client.(*redis.Client); ok && minReplicas == 0 {
 		d.lane = redislane.New(c)
 	}
@@ -463,6 +464,13 @@ const maxForeignPoll = 250 * time.Millisecond
 // queueWait/3. A waiter that vanished holds up the queue for at most this.
 const queueWait = 3 * time.Second
 
+// listenLinger is how long a lock's release channel stays subscribed after
+// its last waiting Acquire returned (see redisscript.Hub.SetLinger): a lock
+// taken in turn by the driver's callers costs no SUBSCRIBE and UNSUBSCRIBE
+// per Lock, and its next waiting Acquire asks for a grant from its first
+// attempt.
+const listenLinger = 2 * time.Second
+
 // Acquire waits for the lock in its queue on the server: waiters are
 // granted in the order they first asked, whichever process they are in.
 // The first attempt is TryAcquire's; once refused, the caller is queued and
@@ -505,6 +513,14 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			}
 		}
 	}()
+	if d.grantCh != "" && d.hub.Listening(k.Channel) && d.subscribeGrants(ctx) {
+		// The channel is still subscribed from a recent waiting Acquire
+		// (a hot lock): join it, and let the first attempt ask for grants.
+		sig = make(chan struct{}, 1)
+		if sub = d.hub.Join(k.Channel, req.Owner, sig); sub != nil {
+			gw = d.waiters.add(k.Channel, req.Owner, sig)
+		}
+	}
 	for attempts := 0; ; attempts++ {
 		g, foreign, err := d.attempt(ctx, ref, k, req, queueWait, gw)
 		if err == nil {

@@ -32,6 +32,9 @@ import (
 // took effect is caught by one more attempt) and whenever the connection
 // fails (messages may have been lost while it was down).
 //
+// With SetLinger, a channel stays subscribed for a while after its last
+// waiter left (see Join).
+//
 // A Hub is safe for concurrent use.
 type Hub struct {
 	client redis.UniversalClient
@@ -41,6 +44,13 @@ type Hub struct {
 	mu   sync.Mutex // guards the fields below
 	ps   *redis.PubSub
 	subs map[string][]*Sub // by channel, oldest first
+
+	// linger is how long a channel stays subscribed with no waiter (0:
+	// none); idle holds such channels, with when their last waiter left,
+	// and sweep is armed to unsubscribe them while idle is not empty.
+	linger time.Duration
+	idle   map[string]time.Time
+	sweep  *time.Timer
 
 	closed bool
 	ctx    context.Context
@@ -69,6 +79,51 @@ func NewHub(client redis.UniversalClient, filter func(channel, payload string) b
 
 var errHubClosed = errors.New("release notifications closed")
 
+// maxIdle bounds the channels a lingering hub keeps subscribed with no
+// waiter: past it, a channel's last waiter unsubscribes it at once.
+const maxIdle = 1024
+
+// SetLinger keeps each channel subscribed for d after its last waiter left
+// (0, the default: unsubscribed at once), at most maxIdle of them. A lock
+// taken in turn by the hub's waiters (a hot lock) then costs no SUBSCRIBE
+// and UNSUBSCRIBE per waiting Lock, and a waiter can Join the channel
+// without a round trip. Call it before the hub is used.
+func (h *Hub) SetLinger(d time.Duration) {
+	h.mu.Lock()
+	h.linger = d
+	h.mu.Unlock()
+}
+
+// Listening reports whether the hub is subscribed to channel (it has a
+// waiter, or its last one left within the linger).
+func (h *Hub) Listening(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, idle := h.idle[channel]
+	return idle || len(h.subs[channel]) > 0
+}
+
+// Join is SubscribeOwner for a channel the hub is subscribed to already
+// (it has a waiter, or its last one left within the linger): it sends no
+// command, and returns nil when the channel is not subscribed. A release
+// the server runs after Join returns wakes the waiter as SubscribeOwner's
+// would (the subscription took effect before), so a caller can try once
+// and then wait, without the retry a new subscription needs.
+func (h *Hub) Join(channel, owner string, sig chan struct{}) *Sub {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	if _, idle := h.idle[channel]; !idle && len(h.subs[channel]) == 0 {
+		return nil
+	}
+	delete(h.idle, channel)
+	s := &Sub{hub: h, channel: channel, owner: owner, sig: sig}
+	h.subs[channel] = append(h.subs[channel], s)
+	return s
+}
+
 // Subscribe registers a waiter on channel. Wake-ups are sent to sig without
 // blocking (sig should have a buffer of 1); several subscriptions may share
 // one sig. It returns once the SUBSCRIBE command is written, without waiting
@@ -93,7 +148,9 @@ func (h *Hub) SubscribeOwner(ctx context.Context, channel, owner string, sig cha
 		go h.receive(h.ps, h.done)
 	}
 	s := &Sub{hub: h, channel: channel, owner: owner, sig: sig}
-	first := len(h.subs[channel]) == 0
+	_, idle := h.idle[channel]
+	delete(h.idle, channel)
+	first := len(h.subs[channel]) == 0 && !idle
 	h.subs[channel] = append(h.subs[channel], s)
 	ps := h.ps
 	h.mu.Unlock()
@@ -132,12 +189,58 @@ func (s *Sub) Close(passOn bool) {
 		h.wakeOne(s.channel)
 	}
 	ps, closed := h.ps, h.closed
+	if last && !closed && h.linger > 0 && len(h.idle) < maxIdle {
+		if h.idle == nil {
+			h.idle = map[string]time.Time{}
+		}
+		h.idle[s.channel] = time.Now()
+		if h.sweep == nil {
+			h.sweep = time.AfterFunc(h.linger, h.sweepIdle)
+		}
+		last = false
+	}
 	h.mu.Unlock()
 	if last && !closed && ps != nil {
 		// A failed write leaves the connection to be re-established without
 		// the channel, which is what we want.
 		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
 		_ = ps.Unsubscribe(ctx, s.channel)
+		cancel()
+	}
+}
+
+// sweepIdle unsubscribes the channels that have had no waiter for the
+// linger, and arms itself again for the others.
+func (h *Hub) sweepIdle() {
+	h.opMu.Lock()
+	defer h.opMu.Unlock()
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	var gone []string
+	next := time.Duration(0)
+	for ch, since := range h.idle {
+		if left := h.linger - now.Sub(since); left > 0 {
+			if next == 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		gone = append(gone, ch)
+		delete(h.idle, ch)
+	}
+	h.sweep = nil
+	if next > 0 {
+		h.sweep = time.AfterFunc(next, h.sweepIdle)
+	}
+	ps := h.ps
+	h.mu.Unlock()
+	if len(gone) > 0 && ps != nil {
+		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+		_ = ps.Unsubscribe(ctx, gone...)
 		cancel()
 	}
 }
@@ -276,6 +379,10 @@ func (h *Hub) Close() error {
 		return nil
 	}
 	h.closed = true
+	if h.sweep != nil {
+		h.sweep.Stop()
+		h.sweep = nil
+	}
 	ps, done := h.ps, h.done
 	h.mu.Unlock()
 	h.opMu.Unlock()

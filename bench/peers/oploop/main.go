@@ -39,6 +39,7 @@ import (
 
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/bench/floor"
+	"github.com/dlock/dlock/locktest"
 	_ "github.com/dlock/dlock/redislock"
 	_ "github.com/dlock/dlock/redlock"
 )
@@ -50,7 +51,9 @@ func main() {
 	n := flag.Int("n", 2000, "Lock+Unlock ops counted (of each peer)")
 	warm := flag.Int("warm", 50, "Lock+Unlock ops run before the counted ones (of each peer)")
 	opTimeout := flag.Duration("op-timeout", time.Minute, "each op's context.WithTimeout, as the peer harness gives it (0: context.Background)")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the counted loop to this file")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the counted loop to this file (with -hot: of each peer's hot lock, to the file's name after the peer's and a dash)")
+	hot := flag.Int("hot", 0, "instead of the loop: this many goroutines, each with a client of its own, contend for one lock of each peer in turn for -hot-for")
+	hotFor := flag.Duration("hot-for", 3*time.Second, "how long each peer's hot lock runs (with -hot)")
 	flag.Parse()
 	if *nodes == "" {
 		fmt.Fprintln(os.Stderr, "oploop: -nodes is required")
@@ -59,6 +62,12 @@ func main() {
 	addrs := strings.Split(*nodes, ",")
 	ctx := context.Background()
 	names := strings.Split(*peers, ",")
+	if *hot > 0 {
+		for _, name := range names {
+			hotLock(ctx, name, addrs, *query, *hot, *hotFor, *cpuprofile)
+		}
+		return
+	}
 	ops := make([]func(ctx context.Context) error, len(names))
 	for i, name := range names {
 		op, closer, err := open(ctx, name, addrs, *query)
@@ -188,6 +197,142 @@ func open(ctx context.Context, peer string, addrs []string, query string) (func(
 			}, nil
 	}
 	return nil, nil, fmt.Errorf("unknown peer %q", peer)
+}
+
+// hotLock runs g goroutines, each with a client of its own, on one lock of
+// peer for d, and prints the throughput, the hand-off latency and what each
+// grant cost: the process's CPU, the nodes' CPU and the commands the nodes
+// ran (INFO commandstats, summed over commands and nodes).
+func hotLock(ctx context.Context, peer string, addrs []string, query string, g int, d time.Duration, cpuprofile string) {
+	lockers := make([]locktest.LockFunc, g)
+	for i := range g {
+		lf, closer, err := openLocker(ctx, peer, addrs, query)
+		if err != nil {
+			fail(err)
+		}
+		defer closer()
+		lockers[i] = lf
+	}
+	admins := make([]*redis.Client, len(addrs))
+	for i, a := range addrs {
+		admins[i] = redis.NewClient(&redis.Options{Addr: a})
+		defer admins[i].Close()
+	}
+	if cpuprofile != "" {
+		f, err := os.Create(peer + "-" + cpuprofile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	s0, k0, c0 := nodesCPU(ctx, admins), nodesCalls(ctx, admins), cpu()
+	r, err := locktest.HotLock(ctx, locktest.Budget{Duration: d}, lockers)
+	if err != nil {
+		fail(err)
+	}
+	s1, k1, c1 := nodesCPU(ctx, admins), nodesCalls(ctx, admins), cpu()
+	h := locktest.Summarize(r.Handoffs)
+	per := func(x float64) float64 { return x / float64(max(r.Ops, 1)) }
+	var calls []string
+	for cmd, n := range k1 {
+		if dn := n - k0[cmd]; dn > 0 && cmd != "info" {
+			calls = append(calls, fmt.Sprintf("%s %.2f", cmd, per(float64(dn))))
+		}
+	}
+	sort.Strings(calls)
+	fmt.Printf("%s hot ×%d: %.0f ops/s, re-take %d/%d, hand-off p50 %.1f µs p99 %.1f µs; per grant: client CPU %.1f µs, nodes' CPU %.1f µs, commands: %s\n",
+		peer, g, float64(r.Ops)/r.Elapsed.Seconds(), r.Retakes, max(r.Ops-1, 0),
+		float64(h.P50.Nanoseconds())/1000, float64(h.P99.Nanoseconds())/1000,
+		per(float64((c1-c0).Nanoseconds())/1000), per(float64((s1-s0).Nanoseconds())/1000), strings.Join(calls, ", "))
+}
+
+// openLocker is open's peer as a locktest.LockFunc on a client of its own.
+func openLocker(ctx context.Context, peer string, addrs []string, query string) (locktest.LockFunc, func(), error) {
+	switch peer {
+	case "dlock", "redis-dlock":
+		u := "redlock://" + strings.Join(addrs, ",") + "/0"
+		if peer == "redis-dlock" {
+			u = "redis://" + addrs[0] + "/0"
+		}
+		if query != "" {
+			u += "?" + query
+		}
+		c, err := dlock.Open(ctx, u)
+		if err != nil {
+			return nil, nil, err
+		}
+		m := c.NewMutex("oploop-hot-"+peer, nil)
+		return func(ctx context.Context) (func(context.Context) error, error) {
+			l, err := m.Lock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l.Unlock, nil
+		}, func() { _ = c.Close() }, nil
+	case "bsm":
+		c := redis.NewClient(&redis.Options{Addr: addrs[0]})
+		lc := redislock.New(c)
+		opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(100 * time.Millisecond)}
+		return func(ctx context.Context) (func(context.Context) error, error) {
+			l, err := lc.Obtain(ctx, "oploop-hot-bsm", 30*time.Second, opt)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		}, func() { _ = c.Close() }, nil
+	case "redsync":
+		var pools []rsredis.Pool
+		var cs []*redis.Client
+		for _, a := range addrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			cs = append(cs, c)
+			pools = append(pools, goredis.NewPool(c))
+		}
+		rs := redsync.New(pools...)
+		return func(ctx context.Context) (func(context.Context) error, error) {
+				m := rs.NewMutex("oploop-hot-redsync", redsync.WithExpiry(30*time.Second), redsync.WithTries(math.MaxInt32))
+				if err := m.LockContext(ctx); err != nil {
+					return nil, err
+				}
+				return func(ctx context.Context) error {
+					_, err := m.UnlockContext(ctx)
+					return err
+				}, nil
+			}, func() {
+				for _, c := range cs {
+					_ = c.Close()
+				}
+			}, nil
+	}
+	return nil, nil, fmt.Errorf("unknown peer %q for -hot", peer)
+}
+
+// nodesCalls is how many times the nodes ran each command (INFO
+// commandstats), summed over the nodes.
+func nodesCalls(ctx context.Context, cs []*redis.Client) map[string]int64 {
+	calls := map[string]int64{}
+	for _, c := range cs {
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			fail(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(k, "cmdstat_") {
+				continue
+			}
+			for _, f := range strings.Split(v, ",") {
+				if n, ok := strings.CutPrefix(f, "calls="); ok {
+					x, _ := strconv.ParseInt(n, 10, 64)
+					calls[strings.TrimPrefix(k, "cmdstat_")] += x
+				}
+			}
+		}
+	}
+	return calls
 }
 
 // dlockOp returns Lock+Unlock of the lock name on a dlock Client of rawURL.

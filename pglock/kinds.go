@@ -84,6 +84,11 @@ func (k *kindTx) Read(ctx context.Context, name string, grp int) (sqlcommon.Kind
 	if err := br.QueryRow().Scan(&st.Fence, &st.Permits, &st.Now); err != nil {
 		return st, nil, err
 	}
+	if st.Fence == 0 && st.Permits == 0 {
+		// A new row (or one never granted): counted for the table's
+		// ANALYZE (see growth).
+		k.st.rowAdded(&k.st.grown.kinds)
+	}
 	rows, err := br.Query()
 	if err != nil {
 		return st, nil, err
@@ -126,6 +131,9 @@ func (k *kindTx) Write(ctx context.Context, name string, grp int, p sqlcommon.Ki
 	if err := k.conn.SendBatch(ctx, b).Close(); err != nil {
 		k.Abort()
 		return err
+	}
+	if h := p.Put; h != nil && h.Count == 1 {
+		k.st.rowAdded(&k.st.grown.holders) // a new hold (see growth)
 	}
 	k.conn.Release()
 	k.conn = nil

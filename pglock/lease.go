@@ -59,7 +59,7 @@ func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driv
 		// The name's first grant: its row was inserted (a row's fence
 		// only grows; one that another driver raised first does not
 		// count here, which only delays the next ANALYZE).
-		d.rowAdded()
+		d.rowAdded(&d.grown.lock)
 	}
 	return driver.Grant{Token: uint64(fence), Count: count, TTL: req.TTL}, nil
 }

@@ -170,7 +170,7 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &store{pool: pool, table: cfg.Table, channel: strings.ToLower(cfg.Table) + "_release", q: newQueries(cfg.Table), rows: &knownRows{}, grown: newGrowth()}
+	st := &store{pool: pool, table: cfg.Table, channel: strings.ToLower(cfg.Table) + "_release", q: newQueries(cfg.Table), rows: &knownRows{}, grown: newGrowth(cfg.Table)}
 	d := &Driver{store: st, ownPool: own, mode: Mode(cfg.Mode)}
 	var locker sqlcommon.Locker
 	switch d.mode {

@@ -25,8 +25,6 @@ type queries struct {
 
 	inspect, inspectAdvisory, inspectRow string
 
-	analyze string // see growth
-
 	// The kinds (see kinds.go) and fence raising.
 	createKinds, createHolders, hasFloor, addFloor                 string
 	kindLock, kindHolders, kindSet, kindDelete, kindPut            string
@@ -67,7 +65,6 @@ func newQueries(table string) queries {
 	version     bigint NOT NULL DEFAULT 0,
 	fence_floor bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = ` + fillFactor + `)`)
-	q.analyze = r.Replace(`ANALYZE $T`)
 	q.createRowTable = r.Replace(`CREATE TABLE IF NOT EXISTS $T_rowlock (name text PRIMARY KEY)`)
 
 	// One statement decides and grants with the server's clock. A row is

@@ -84,10 +84,7 @@ func (r rowLock) lockKind(ctx context.Context, c *pinned, req driver.AcquireRequ
 		switch {
 		case err == nil:
 		case isNoRows(err) && attempt == 0:
-			if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
-				return false, 0, err
-			}
-			if _, err := c.Exec(ctx, d.q.rowEnsure, key); err != nil {
+			if err := d.ensureRow(ctx, c, key); err != nil {
 				return false, 0, err
 			}
 			continue

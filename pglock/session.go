@@ -347,10 +347,7 @@ func (r rowLock) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest)
 		switch {
 		case err == nil:
 		case isNoRows(err) && attempt == 0:
-			if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
-				return false, 0, err
-			}
-			if _, err := c.Exec(ctx, d.q.rowEnsure, name); err != nil {
+			if err := d.ensureRow(ctx, c, name); err != nil {
 				return false, 0, err
 			}
 			continue
@@ -372,6 +369,23 @@ func (r rowLock) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest)
 		}
 		return true, uint64(fence), nil
 	}
+}
+
+// ensureRow ends the transaction of an attempt that found no row of key in
+// <table>_rowlock and inserts the row (if nobody did meanwhile), counting
+// it for the table's ANALYZE (see growth).
+func (d *store) ensureRow(ctx context.Context, c *pinned, key string) error {
+	if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+		return err
+	}
+	tag, err := c.Exec(ctx, d.q.rowEnsure, key)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 1 {
+		d.rowAdded(&d.grown.rowlock)
+	}
+	return nil
 }
 
 // bumpFence increments name's fencing counter on a second pool connection

@@ -31,8 +31,9 @@ import (
 // whose state row was new (or never granted); in <table>_holders, a
 // lease-mode hold put there for an owner that had none (its rows go with
 // their holds, so that count is of holds taken: an ANALYZE per doubling of
-// them, whatever the table's size). ModeAdvisory looks nothing up by key:
-// its statements insert with ON CONFLICT, which always goes by the index.
+// them, whatever the table's size). ModeAdvisory needs none: its inserts
+// (ON CONFLICT) always go by the index, and the only rows it looks up by
+// key, waiting writers' marks in <table>_holders, are only ever a few.
 type growth struct {
 	lock, rowlock, kinds, holders grower
 

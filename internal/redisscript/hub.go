@@ -201,12 +201,16 @@ func (s *Sub) Close(passOn bool) {
 	}
 	h.mu.Unlock()
 	if last && !closed && ps != nil {
-		// A failed write leaves the connection to be re-established without
-		// the channel, which is what we want.
-		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
-		_ = ps.Unsubscribe(ctx, s.channel)
-		cancel()
+		h.unsubscribe(ps, s.channel)
 	}
+}
+
+// unsubscribe unsubscribes channels on ps. A failed write leaves the
+// connection to be re-established without them, which is what we want.
+func (h *Hub) unsubscribe(ps *redis.PubSub, channels ...string) {
+	ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
+	_ = ps.Unsubscribe(ctx, channels...)
+	cancel()
 }
 
 // sweepIdle unsubscribes the channels that have had no waiter for the
@@ -239,9 +243,7 @@ func (h *Hub) sweepIdle() {
 	ps := h.ps
 	h.mu.Unlock()
 	if len(gone) > 0 && ps != nil {
-		ctx, cancel := context.WithTimeout(h.ctx, 5*time.Second)
-		_ = ps.Unsubscribe(ctx, gone...)
-		cancel()
+		h.unsubscribe(ps, gone...)
 	}
 }
 

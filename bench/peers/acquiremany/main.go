@@ -56,13 +56,13 @@ import (
 	"runtime/trace"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/bsm/redislock"
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisinfo"
 	dlockredis "github.com/dlock/dlock/redislock"
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
@@ -230,16 +230,8 @@ func serverUsec(ctx context.Context, c *redis.Client) commandUsec {
 		os.Exit(1)
 	}
 	usec := commandUsec{}
-	for _, line := range strings.Split(s, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		for _, f := range strings.Split(stats, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				usec[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseFloat(v, 64)
-			}
-		}
+	for name, st := range redisinfo.Commands(s) {
+		usec[name] = float64(st.Usec)
 	}
 	return usec
 }

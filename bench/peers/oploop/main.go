@@ -39,6 +39,7 @@ import (
 
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/bench/floor"
+	"github.com/dlock/dlock/internal/redisinfo"
 	"github.com/dlock/dlock/locktest"
 	_ "github.com/dlock/dlock/redislock"
 	_ "github.com/dlock/dlock/redlock"
@@ -142,61 +143,28 @@ func main() {
 // open returns peer's Lock+Unlock on a lock of its own.
 func open(ctx context.Context, peer string, addrs []string, query string) (func(context.Context) error, func(), error) {
 	switch peer {
-	case "dlock":
+	case "floor", "redis-floor":
 		u := "redlock://" + strings.Join(addrs, ",") + "/0"
-		if query != "" {
-			u += "?" + query
+		if peer == "redis-floor" {
+			u = "redis://" + addrs[0] + "/0"
 		}
-		return dlockOp(ctx, u, "oploop-dlock")
-	case "floor":
-		f, err := floor.Open(ctx, "redlock://"+strings.Join(addrs, ",")+"/0")
+		f, err := floor.Open(ctx, u)
 		if err != nil {
 			return nil, nil, err
 		}
-		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-floor") }, func() { _ = f.Close() }, nil
-	case "redis-dlock":
-		return dlockOp(ctx, "redis://"+addrs[0]+"/0", "oploop-redis-dlock")
-	case "redis-floor":
-		f, err := floor.Open(ctx, "redis://"+addrs[0]+"/0")
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-redis-floor") }, func() { _ = f.Close() }, nil
-	case "bsm":
-		// As bench/peers's contender, with the lock's TTL 30s.
-		c := redis.NewClient(&redis.Options{Addr: addrs[0]})
-		lc := redislock.New(c)
-		return func(ctx context.Context) error {
-			l, err := lc.Obtain(ctx, "oploop-bsm", 30*time.Second, nil)
-			if err != nil {
-				return err
-			}
-			return l.Release(ctx)
-		}, func() { _ = c.Close() }, nil
-	case "redsync":
-		var pools []rsredis.Pool
-		var cs []*redis.Client
-		for _, a := range addrs {
-			c := redis.NewClient(&redis.Options{Addr: a})
-			cs = append(cs, c)
-			pools = append(pools, goredis.NewPool(c))
-		}
-		rs := redsync.New(pools...)
-		// As bench/peers's contender: a new Mutex per Lock.
-		return func(ctx context.Context) error {
-				m := rs.NewMutex("oploop-redsync", redsync.WithExpiry(30*time.Second), redsync.WithTries(math.MaxInt32))
-				if err := m.LockContext(ctx); err != nil {
-					return err
-				}
-				_, err := m.UnlockContext(ctx)
-				return err
-			}, func() {
-				for _, c := range cs {
-					_ = c.Close()
-				}
-			}, nil
+		return func(ctx context.Context) error { return f.AcquireRelease(ctx, "oploop-"+peer) }, func() { _ = f.Close() }, nil
 	}
-	return nil, nil, fmt.Errorf("unknown peer %q", peer)
+	lock, closer, err := openLocker(ctx, peer, addrs, query, "oploop-"+peer)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context) error {
+		unlock, err := lock(ctx)
+		if err != nil {
+			return err
+		}
+		return unlock(ctx)
+	}, closer, nil
 }
 
 // hotLock runs g goroutines, each with a client of its own, on one lock of
@@ -206,7 +174,7 @@ func open(ctx context.Context, peer string, addrs []string, query string) (func(
 func hotLock(ctx context.Context, peer string, addrs []string, query string, g int, d time.Duration, cpuprofile string) {
 	lockers := make([]locktest.LockFunc, g)
 	for i := range g {
-		lf, closer, err := openLocker(ctx, peer, addrs, query)
+		lf, closer, err := openLocker(ctx, peer, addrs, query, "oploop-hot-"+peer)
 		if err != nil {
 			fail(err)
 		}
@@ -249,8 +217,10 @@ func hotLock(ctx context.Context, peer string, addrs []string, query string, g i
 		per(float64((c1-c0).Nanoseconds())/1000), per(float64((s1-s0).Nanoseconds())/1000), strings.Join(calls, ", "))
 }
 
-// openLocker is open's peer as a locktest.LockFunc on a client of its own.
-func openLocker(ctx context.Context, peer string, addrs []string, query string) (locktest.LockFunc, func(), error) {
+// openLocker returns peer's Lock of the lock name, as bench/peers's
+// contender takes it (a TTL of 30s; bsm/redislock retrying every 100ms,
+// redsync a new Mutex per Lock), on a client of its own.
+func openLocker(ctx context.Context, peer string, addrs []string, query, name string) (locktest.LockFunc, func(), error) {
 	switch peer {
 	case "dlock", "redis-dlock":
 		u := "redlock://" + strings.Join(addrs, ",") + "/0"
@@ -264,7 +234,7 @@ func openLocker(ctx context.Context, peer string, addrs []string, query string) 
 		if err != nil {
 			return nil, nil, err
 		}
-		m := c.NewMutex("oploop-hot-"+peer, nil)
+		m := c.NewMutex(name, nil)
 		return func(ctx context.Context) (func(context.Context) error, error) {
 			l, err := m.Lock(ctx)
 			if err != nil {
@@ -277,7 +247,7 @@ func openLocker(ctx context.Context, peer string, addrs []string, query string) 
 		lc := redislock.New(c)
 		opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(100 * time.Millisecond)}
 		return func(ctx context.Context) (func(context.Context) error, error) {
-			l, err := lc.Obtain(ctx, "oploop-hot-bsm", 30*time.Second, opt)
+			l, err := lc.Obtain(ctx, name, 30*time.Second, opt)
 			if err != nil {
 				return nil, err
 			}
@@ -293,7 +263,7 @@ func openLocker(ctx context.Context, peer string, addrs []string, query string) 
 		}
 		rs := redsync.New(pools...)
 		return func(ctx context.Context) (func(context.Context) error, error) {
-				m := rs.NewMutex("oploop-hot-redsync", redsync.WithExpiry(30*time.Second), redsync.WithTries(math.MaxInt32))
+				m := rs.NewMutex(name, redsync.WithExpiry(30*time.Second), redsync.WithTries(math.MaxInt32))
 				if err := m.LockContext(ctx); err != nil {
 					return nil, err
 				}
@@ -307,7 +277,7 @@ func openLocker(ctx context.Context, peer string, addrs []string, query string) 
 				}
 			}, nil
 	}
-	return nil, nil, fmt.Errorf("unknown peer %q for -hot", peer)
+	return nil, nil, fmt.Errorf("unknown peer %q", peer)
 }
 
 // nodesCalls is how many times the nodes ran each command (INFO
@@ -319,36 +289,11 @@ func nodesCalls(ctx context.Context, cs []*redis.Client) map[string]int64 {
 		if err != nil {
 			fail(err)
 		}
-		for _, line := range strings.Split(info, "\n") {
-			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if !ok || !strings.HasPrefix(k, "cmdstat_") {
-				continue
-			}
-			for _, f := range strings.Split(v, ",") {
-				if n, ok := strings.CutPrefix(f, "calls="); ok {
-					x, _ := strconv.ParseInt(n, 10, 64)
-					calls[strings.TrimPrefix(k, "cmdstat_")] += x
-				}
-			}
+		for name, st := range redisinfo.Commands(info) {
+			calls[name] += st.Calls
 		}
 	}
 	return calls
-}
-
-// dlockOp returns Lock+Unlock of the lock name on a dlock Client of rawURL.
-func dlockOp(ctx context.Context, rawURL, name string) (func(context.Context) error, func(), error) {
-	c, err := dlock.Open(ctx, rawURL)
-	if err != nil {
-		return nil, nil, err
-	}
-	m := c.NewMutex(name, nil)
-	return func(ctx context.Context) error {
-		l, err := m.Lock(ctx)
-		if err != nil {
-			return err
-		}
-		return l.Unlock(ctx)
-	}, func() { _ = c.Close() }, nil
 }
 
 // cpu is the process's user + system CPU time.

@@ -215,7 +215,16 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 	// that Close cancels (see closeWatch).
 	cw := closeWatch{ctx: ctx}
 	defer cw.release()
-	if _, queuer := c.d.(driver.Queuer); wait && (queuer || ctx.Done() == nil) {
+	var q driver.Queuer
+	if wait {
+		q = c.queuer(req)
+	}
+	// A QueueChooser's queue is for waiting only: its first attempt is a
+	// TryAcquire, so that an uncontended Lock costs what a TryLock does, and
+	// only a refused one waits in Acquire.
+	_, tryFirst := c.d.(driver.QueueChooser)
+	tryFirst = tryFirst && q != nil
+	if wait && ((q != nil && !tryFirst) || ctx.Done() == nil) {
 		if ctx = cw.arm(c); ctx == nil {
 			return nil, ErrClosed
 		}
@@ -239,16 +248,21 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 	}
 	bo := newBackoff(r.waitMin, r.waitMax)
 	for {
-		if q, ok := c.d.(driver.Queuer); ok && wait {
-			sent = time.Now()
-			g, err = q.Acquire(ctx, req)
-			if err == nil && g.Token == 0 {
-				err = errZeroToken
+		switch {
+		case tryFirst:
+			tryFirst = false
+			g, sent, err = m.tryLoop(&cw, req, r, false, explicitOwner, t)
+			ctx = cw.ctx
+			if errors.Is(err, ErrLocked) {
+				// Refused: wait in the driver's queue.
+				if ctx = cw.arm(c); ctx == nil {
+					return nil, ErrClosed
+				}
+				g, sent, err = queued(ctx, q, req, t)
 			}
-			if t != nil {
-				t.attempt(err, time.Since(sent))
-			}
-		} else {
+		case q != nil:
+			g, sent, err = queued(ctx, q, req, t)
+		default:
 			g, sent, err = m.tryLoop(&cw, req, r, wait, explicitOwner, t)
 			ctx = cw.ctx
 		}
@@ -649,4 +663,31 @@ func (b *backoff) next() time.Duration {
 	}
 	b.ceiling = min(b.ceiling*2, b.hi)
 	return d
+}
+
+// queued is one Acquire of a driver.Queuer, sent at sent.
+func queued(ctx context.Context, q driver.Queuer, req driver.AcquireRequest, t *opTrace) (g driver.Grant, sent time.Time, err error) {
+	sent = time.Now()
+	g, err = q.Acquire(ctx, req)
+	if err == nil && g.Token == 0 {
+		err = errZeroToken
+	}
+	if t != nil {
+		t.attempt(err, time.Since(sent))
+	}
+	return g, sent, err
+}
+
+// queuer returns the driver as a driver.Queuer when it queues req (see
+// driver.QueueChooser), or nil: the waiting Lock then loops over
+// TryAcquire.
+func (c *Client) queuer(req driver.AcquireRequest) driver.Queuer {
+	q, ok := c.d.(driver.Queuer)
+	if !ok {
+		return nil
+	}
+	if qc, ok := c.d.(driver.QueueChooser); ok && !qc.Queues(req) {
+		return nil
+	}
+	return q
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
 	"github.com/dlock/dlock/memlock"
 )
 
@@ -588,4 +589,85 @@ func TestSessionLostAnswersMeanGone(t *testing.T) {
 	if n := dlock.PendingReleases(c); n != 0 {
 		t.Fatalf("%d releases retried in the background for a session that ended", n)
 	}
+}
+
+// choosyQueuer is a Queuer that queues only the names queues says,
+// counting its Acquire and TryAcquire calls. Its Acquire waits for free to
+// be closed.
+type choosyQueuer struct {
+	*memlock.Driver
+	queues          func(name string) bool
+	free            chan struct{}
+	acquires, tries atomic.Int32
+}
+
+func (d *choosyQueuer) Queues(req driver.AcquireRequest) bool { return d.queues(req.Name) }
+
+func (d *choosyQueuer) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	d.acquires.Add(1)
+	select {
+	case <-d.free:
+	case <-ctx.Done():
+		return driver.Grant{}, ctx.Err()
+	}
+	return d.Driver.TryAcquire(ctx, req)
+}
+
+func (d *choosyQueuer) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	d.tries.Add(1)
+	return d.Driver.TryAcquire(ctx, req)
+}
+
+// TestQueueChooser: a waiting Lock of a name a QueueChooser queues tries
+// once (uncontended, that is all) and, refused, waits in Acquire; a name it
+// does not queue is a loop over TryAcquire, never Acquire; a TryLock never
+// calls Acquire.
+func TestQueueChooser(t *testing.T) {
+	d := &choosyQueuer{Driver: memlock.NewBackend().NewDriver(), queues: func(name string) bool { return name == "queued" }, free: make(chan struct{})}
+	c := dlock.New(d, nil)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	counts := func(what string, acquires, tries int32) {
+		t.Helper()
+		if a, n := d.acquires.Swap(0), d.tries.Swap(0); a != acquires || n != tries {
+			t.Errorf("%s: %d Acquire and %d TryAcquire calls, want %d and %d", what, a, n, acquires, tries)
+		}
+	}
+	lockUnlock := func(name string) {
+		t.Helper()
+		l, err := c.NewMutex(name, nil).Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockUnlock("queued")
+	counts("uncontended Lock of a queued name", 0, 1)
+	lockUnlock("looped")
+	counts("uncontended Lock of a looped name", 0, 1)
+	held, err := c.NewMutex("queued", nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts("TryLock", 0, 1)
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.NewMutex("queued", nil).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	testwait.Until(t, 5*time.Second, "the waiting Lock in Acquire", func() bool { return d.acquires.Load() == 1 })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(d.free)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	counts("contended Lock of a queued name", 1, 1)
 }

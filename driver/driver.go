@@ -43,7 +43,8 @@
 // # Optional capabilities
 //
 // A driver may also implement Notifier (waiters are woken by the server when
-// a lock is released), Queuer (the backend queues waiters natively, in order),
+// a lock is released), Queuer (the backend queues waiters natively, in order;
+// with QueueChooser, only some requests),
 // Inspector (list locks for status output), NameChecker (backend-specific name
 // rules), Limiter (TTL bounds), Kinder (read/write locks and semaphores, with
 // Withdrawer for writer preference), MultiAcquirer (several mutexes in one
@@ -276,6 +277,19 @@ type Queuer interface {
 	// behind on the server: no queue entry, no orphan key or node. When ctx
 	// is done it returns an error wrapping ctx.Err().
 	Acquire(ctx context.Context, req AcquireRequest) (Grant, error)
+}
+
+// QueueChooser is implemented by a Queuer that queues only some requests:
+// a session-bound SQL mode whose server can keep a session waiting for a
+// mutex (pg_advisory_lock) but not for its other kinds, or only while its
+// pool has connections to spare for waiters. The dlock package asks Queues
+// once per waiting Lock, before its first attempt. When it reports true,
+// the first attempt is a TryAcquire (an uncontended Lock costs what a
+// TryLock does) and a refused one is followed by Acquire, which waits;
+// otherwise the Lock loops over TryAcquire as for a driver without Queuer.
+// Queues must not block or do I/O.
+type QueueChooser interface {
+	Queues(req AcquireRequest) bool
 }
 
 // LockInfo describes one lock, for status output.

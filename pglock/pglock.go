@@ -115,8 +115,9 @@ type Options struct {
 
 // Driver is a dlock driver on a PostgreSQL pool. It implements
 // driver.Driver, driver.Notifier, driver.Inspector, driver.Kinder (the
-// kinds its mode has), driver.Withdrawer, driver.MultiAcquirer (ModeLease)
-// and driver.FenceRaiser. New chooses how it holds locks, once: a lease
+// kinds its mode has), driver.Withdrawer, driver.MultiAcquirer (ModeLease),
+// driver.FenceRaiser, and driver.Queuer with driver.QueueChooser (a
+// ModeAdvisory mutex waiter waits in the server, see Acquire). New chooses how it holds locks, once: a lease
 // table or a session mode.
 type Driver struct {
 	*store
@@ -150,6 +151,8 @@ var _ interface {
 	driver.Driver
 	driver.Notifier
 	driver.Inspector
+	driver.Queuer
+	driver.QueueChooser
 } = (*Driver)(nil)
 
 // New returns a driver using pool. It does no I/O: the lock table is created
@@ -192,6 +195,41 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 	d.base = sqlcommon.NewBase("pglock", locker, d.createSchema)
 	d.ln = newListener(d)
 	return d, nil
+}
+
+// Queues implements driver.QueueChooser: in ModeAdvisory a waiting Lock of
+// a mutex without lock-delay waits in the server (pg_advisory_lock, see
+// Acquire) while fewer than half of the pool's connections are in use and
+// the driver holds nothing under the name; every other waiting Lock is a
+// loop of tries woken by release notifications.
+func (d *Driver) Queues(req driver.AcquireRequest) bool {
+	if d.mode != ModeAdvisory {
+		return false
+	}
+	st := d.pool.Stat()
+	return d.sess.Blocks(req, int(st.AcquiredConns()), int(st.MaxConns()))
+}
+
+// Acquire implements driver.Queuer for the requests Queues accepts: the
+// lock is waited for on a pinned connection blocked in pg_advisory_lock,
+// so the server grants it to its waiters in the order they came, each
+// taking it the moment its holder lets go. The token is drawn in the same
+// statement, after the grant. Each turn waits at most a third of the TTL
+// (lock_timeout), so that a lease counted from the turn's send time keeps
+// two thirds of it. When ctx ends, the wait is interrupted (the pinned
+// connection is closed) and nothing is left held.
+func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if d.sess == nil || !d.SupportsKind(req.Kind) {
+		return driver.Grant{}, fmt.Errorf("pglock: acquire: mode %s waits by notification, not in the server: %w", d.mode, driver.ErrUnsupported)
+	}
+	if err := d.base.Ready(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	g, err := d.sess.Acquire(ctx, req)
+	if err == nil {
+		g.Key = sqlcommon.GrantKey(d.table, req)
+	}
+	return g, err
 }
 
 // Mode reports the driver's mode.

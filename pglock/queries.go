@@ -17,7 +17,10 @@ type queries struct {
 	advisoryAcquire, advisoryAcquire13, advisoryRelease, advisoryReleaseReset, advisoryPing string
 	// advisoryAcquireNew and advisoryAcquireNew13 are advisoryAcquire and
 	// advisoryAcquire13 that also create the name's row if it is missing.
-	advisoryAcquireNew, advisoryAcquireNew13                              string
+	advisoryAcquireNew, advisoryAcquireNew13 string
+	// advisoryBlock and advisoryBlock13 wait for the lock (advisory.Block);
+	// advisoryEnsure makes sure of a name's row before the first of them.
+	advisoryBlock, advisoryBlock13, advisoryEnsure                        string
 	advisoryPingMarked, advisoryPingMarked13                              string
 	createTokens, createTokenFloor, hasTokens, migrateTokens, raiseTokens string
 
@@ -145,6 +148,17 @@ RETURNING l.name, l.owner, l.fence`)
 	newRow := func(n string) string {
 		return r.Replace(`WITH n AS (INSERT INTO $T (name) VALUES ($` + n + `) ON CONFLICT (name) DO NOTHING) `)
 	}
+	// The waiting acquire (see advisory.Block): the same statement with
+	// pg_advisory_lock, which waits at most lock_timeout (the last
+	// parameter, ms, set for this statement's transaction only, before the
+	// lock is asked for: the subqueries hold volatile functions, so the
+	// planner keeps them nested and runs the inner one first).
+	blocking := func(timeout string) string {
+		return ` FROM (SELECT pg_advisory_lock($1) FROM (SELECT set_config('lock_timeout', $` + timeout + `, true)) AS t) AS l`
+	}
+	q.advisoryBlock = r.Replace(acquire + `current_setting('idle_session_timeout'), set_config('idle_session_timeout', $2, false)` + blocking("3"))
+	q.advisoryBlock13 = r.Replace(acquire + `'', ''` + blocking("2"))
+	q.advisoryEnsure = r.Replace(`INSERT INTO $T (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`)
 	q.advisoryAcquireNew = newRow("3") + q.advisoryAcquire
 	q.advisoryAcquireNew13 = newRow("2") + q.advisoryAcquire13
 	q.createTokens = r.Replace(`CREATE SEQUENCE IF NOT EXISTS $T_tokens MINVALUE 1`)

@@ -180,6 +180,90 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 	return true, uint64(fence), nil
 }
 
+var _ sqlcommon.SessionBlocker[*pinned] = advisory{}
+
+// Block implements sqlcommon.SessionBlocker: Lock's statement with
+// pg_advisory_lock instead of the try, waiting at most wait (lock_timeout,
+// for that statement only). The server queues waiting sessions in order
+// and grants the lock to the first at once when its holder lets go: a
+// hand-off is the release's round trip and the waiter's reply, with no
+// notification, no retry, and no other waiter woken. The first wait for
+// a name by this driver makes sure of its row first (one autocommitted
+// insert, so that Inspect lists it, and so that no row insert stays
+// uncommitted while the statement waits).
+func (a advisory) Block(ctx context.Context, c *pinned, req driver.AcquireRequest, wait time.Duration) (bool, uint64, error) {
+	if !a.rows.has(req.Name) {
+		if _, err := c.Exec(ctx, a.q.advisoryEnsure, req.Name); err != nil {
+			return false, 0, err
+		}
+		a.rows.add(req.Name)
+	}
+	ms := strconv.FormatInt(max(wait.Milliseconds(), 1), 10)
+	var (
+		fence int64
+		old   string
+	)
+	err := cancelOnDone(ctx, c, func(qctx context.Context) error {
+		if a.pgVer >= 140000 {
+			return c.QueryRow(qctx, a.q.advisoryBlock, c.key, c.timeoutMS, ms).Scan(&fence, nil, &old, nil)
+		}
+		return c.QueryRow(qctx, a.q.advisoryBlock13, c.key, ms).Scan(&fence, nil, &old, nil)
+	})
+	if err != nil {
+		if isLockNotAvailable(err) && ctx.Err() == nil {
+			return false, 0, nil // lock_timeout: still held
+		}
+		return false, 0, err
+	}
+	c.oldTimeout = old
+	c.marker = holdMarker(uint64(fence), req.Owner)
+	if a.testHookLocked != nil {
+		a.testHookLocked(ctx, c)
+	}
+	return true, uint64(fence), nil
+}
+
+// cancelGrace bounds how long a waiting statement interrupted by its
+// context may take to answer its cancel request (or the request itself):
+// past it, the connection is closed.
+const cancelGrace = time.Second
+
+// cancelOnDone runs query (a statement that may wait in the server) on a
+// context that ctx's end does not cancel; when ctx ends first, it asks the
+// server to cancel the statement (a CancelRequest), so that the session
+// stops waiting at once: pgx's own reaction to a cancelled context, closing
+// the connection, would leave the server's backend waiting in the lock's
+// queue until granted, holding the lock up for the waiters behind it. If
+// the cancel request fails, or the statement has not answered within
+// cancelGrace, the statement's context is cancelled after all (pgx then
+// closes the connection). When ctx ended, the error is ctx's (wrapping the
+// statement's): even a statement that succeeded must be undone, and a
+// cancel request that came too late may still hit the next one, so the
+// caller aborts.
+func cancelOnDone(ctx context.Context, c *pinned, query func(context.Context) error) error {
+	qctx, interrupt := context.WithCancel(context.WithoutCancel(ctx))
+	defer interrupt()
+	watching := context.AfterFunc(ctx, func() {
+		cctx, cancel := context.WithTimeout(qctx, cancelGrace)
+		defer cancel()
+		if c.Conn.Conn().PgConn().CancelRequest(cctx) != nil {
+			interrupt()
+			return
+		}
+		<-cctx.Done() // qctx ends when the statement returned
+		interrupt()
+	})
+	err := query(qctx)
+	if watching() {
+		return err
+	}
+	interrupt() // stops the watcher's wait
+	if err == nil {
+		return fmt.Errorf("%w (granted as it was cancelled)", ctx.Err())
+	}
+	return fmt.Errorf("%w: %w", ctx.Err(), err)
+}
+
 // markerPrefix starts the literal a ModeAdvisory mutex holder's renewal
 // ping carries: markerPrefix + token + " " + owner.
 const markerPrefix = "dlock hold "

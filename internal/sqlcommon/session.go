@@ -113,6 +113,15 @@ type SessionSQL[C Conn] interface {
 	Ping(ctx context.Context, c C, ttl time.Duration) error
 }
 
+// SessionBlocker is a SessionSQL whose server can keep a session waiting
+// for a mutex (pg_advisory_lock, GET_LOCK with a timeout): Block is Lock
+// that waits up to wait for the lock to be freed before it refuses (ok
+// false and a nil error, c as before Lock). The server grants the lock to
+// its waiting sessions in the order they asked, at once when it is freed.
+type SessionBlocker[C Conn] interface {
+	Block(ctx context.Context, c C, req driver.AcquireRequest, wait time.Duration) (ok bool, token uint64, err error)
+}
+
 // Hold is one lock held in a session mode: the pinned connection and the
 // local re-entrance count (the server is asked once per hold). It is the
 // driver.Grant.Handle of every grant on it.
@@ -357,6 +366,60 @@ func (s *Sessions[C]) TryAcquire(ctx context.Context, req driver.AcquireRequest)
 		return driver.Grant{}, &driver.LockedError{}
 	}
 	return s.add(req, token, conn, sent)
+}
+
+// Blocks reports whether Acquire may wait for req on the server: the mode's
+// SQL is a SessionBlocker, req is a mutex without lock-delay, the driver
+// holds nothing under its name (a re-entry, or a wait for another owner of
+// this driver, goes through TryAcquire's loop), and fewer than half of the
+// pool's connections (acquired, max) are in use: a waiting session pins a
+// connection as a held lock does, and waiters must not starve the holders'
+// and other locks' acquires of connections.
+func (s *Sessions[C]) Blocks(req driver.AcquireRequest, acquired, max int) bool {
+	if _, ok := s.sql.(SessionBlocker[C]); !ok || req.Kind != driver.Exclusive || req.LockDelay > 0 {
+		return false
+	}
+	return 2*(acquired+1) <= max && s.Get(HoldKey(req)) == nil
+}
+
+// Acquire waits on the server for the mutex req names (see Blocks, which
+// the caller asked first): it pins a connection and blocks on it, in turns
+// of at most a third of the TTL, so that a grant's lease, counted from the
+// send time of the turn that got it, has at least two thirds of the TTL
+// left. Between turns it checks whether the driver now holds the name (an
+// acquire of the same owner, which then re-enters, or of another owner,
+// which the next turn waits for). When ctx ends it returns an error
+// wrapping ctx.Err(); a lock the server granted as ctx ended is given up
+// (Abort), so nothing is left behind.
+func (s *Sessions[C]) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	b, ok := s.sql.(SessionBlocker[C])
+	if !ok {
+		return driver.Grant{}, fmt.Errorf("%s: acquire: the mode cannot wait on the server: %w", s.prefix, driver.ErrUnsupported)
+	}
+	conn, err := s.sql.Pin(ctx, req)
+	if err != nil {
+		return driver.Grant{}, err
+	}
+	turn := max(req.TTL/3, time.Millisecond)
+	for {
+		if g, ok, err := s.reenter(req); ok && err == nil {
+			conn.Release()
+			return g, nil
+		}
+		sent := time.Now()
+		ok, token, err := b.Block(ctx, conn, req, turn)
+		if err != nil {
+			s.sql.Abort(conn)
+			return driver.Grant{}, ctxerr.Wrap(ctx, s.prefix+": acquire", err)
+		}
+		if ok {
+			return s.add(req, token, conn, sent)
+		}
+		if err := ctx.Err(); err != nil {
+			conn.Release()
+			return driver.Grant{}, ctxerr.Wrap(ctx, s.prefix+": acquire", err)
+		}
+	}
 }
 
 // reenter handles an acquire of a name this driver already holds. ok is

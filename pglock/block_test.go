@@ -1,0 +1,172 @@
+package pglock
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/testwait"
+)
+
+// waitingSessions counts the sessions waiting in the server for the
+// advisory lock key (pg_locks rows not granted).
+func waitingSessions(t *testing.T, admin *pgx.Conn, key int64) int {
+	t.Helper()
+	var n int
+	err := admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1`, key).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAdvisoryLockWaitsInServer: in ModeAdvisory a waiting Lock of a held
+// mutex waits in the server (its session blocked in pg_advisory_lock), and
+// the server grants the lock to the waiters in the order they came, each
+// with a token above the one before. Before, a waiting Lock polled with
+// pg_try_advisory_lock, woken by NOTIFY: no session waited in the server,
+// and every release woke a waiter per process to try again.
+func TestAdvisoryLockWaitsInServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	name := randomName("block-fifo")
+	key := AdvisoryKey(name)
+	clients := make([]*dlock.Client, 4)
+	for i := range clients {
+		_, clients[i] = benchDriver(t, ModeAdvisory)
+	}
+	held, err := clients[0].NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		who   int
+		token uint64
+	}
+	grants := make(chan grant, 3)
+	errs := make(chan error, 3)
+	for i := 1; i <= 3; i++ {
+		go func() {
+			l, err := clients[i].NewMutex(name, nil).Lock(ctx)
+			if err != nil {
+				errs <- err
+				return
+			}
+			grants <- grant{i, l.Token()}
+			errs <- l.Unlock(ctx)
+		}()
+		// The next waiter comes once this one waits in the server.
+		testwait.Until(t, 10*time.Second, fmt.Sprintf("waiter %d waiting in pg_advisory_lock", i), func() bool { return waitingSessions(t, admin, key) == i })
+	}
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := held.Token()
+	for want := 1; want <= 3; want++ {
+		g := <-grants
+		if g.who != want || g.token <= last {
+			t.Fatalf("grant %d went to waiter %d with token %d (previous token %d); want waiter %d, a larger token", want, g.who, g.token, last, want)
+		}
+		last = g.token
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAdvisoryWaitTurns: a waiter whose wait outlasts a third of its TTL
+// waits again in the server turn after turn (lock_timeout ends each), and
+// its grant's lease counts from the last turn's send time, not from its
+// first attempt: it is granted with more than two thirds of its TTL left.
+func TestAdvisoryWaitTurns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, holder := benchDriver(t, ModeAdvisory)
+	d, waiter := benchDriver(t, ModeAdvisory)
+	name := randomName("block-turns")
+	held, err := holder.NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 900 * time.Millisecond
+	req := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: ttl}
+	if !d.Queues(req) {
+		t.Fatal("Queues refuses a mutex of ModeAdvisory with an idle pool")
+	}
+	type res struct {
+		l   *dlock.Lease
+		err error
+	}
+	done := make(chan res, 1)
+	start := time.Now()
+	go func() {
+		l, err := waiter.NewMutex(name, &dlock.MutexOptions{TTL: ttl}).Lock(ctx)
+		done <- res{l, err}
+	}()
+	// Three turns of lock_timeout (ttl/3 each) pass before the release.
+	testwait.Until(t, 10*time.Second, "a second since the waiter came", func() bool { return time.Since(start) > time.Second })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.l.Unlock(ctx)
+	if left := r.l.ValidFor(); left < 2*ttl/3-50*time.Millisecond {
+		t.Fatalf("granted with %v of its %v TTL left: its lease counts from an earlier turn", left, ttl)
+	}
+}
+
+// TestBlocksNeedsSpareConnections: a waiting Lock waits in the server only
+// while fewer than half of the pool's connections are in use, for a mutex
+// without lock-delay that the driver does not hold.
+func TestBlocksNeedsSpareConnections(t *testing.T) {
+	d, c := benchDriver(t, ModeAdvisory)
+	req := driver.AcquireRequest{Name: randomName("block-spare"), Owner: "o", TTL: time.Minute}
+	for _, tc := range []struct {
+		acquired, max int
+		want          bool
+	}{{0, 4, true}, {1, 4, true}, {2, 4, false}, {15, 32, true}, {16, 32, false}, {0, 1, false}} {
+		if got := d.sess.Blocks(req, tc.acquired, tc.max); got != tc.want {
+			t.Errorf("Blocks with %d of %d connections in use = %v, want %v", tc.acquired, tc.max, got, tc.want)
+		}
+	}
+	for _, r := range []driver.AcquireRequest{
+		{Name: req.Name, Owner: "o", TTL: time.Minute, Kind: driver.Read},
+		{Name: req.Name, Owner: "o", TTL: time.Minute, LockDelay: time.Second},
+	} {
+		if d.sess.Blocks(r, 0, 32) {
+			t.Errorf("Blocks(%+v) = true: only a mutex without lock-delay waits in the server", r)
+		}
+	}
+	l, err := c.NewMutex(req.Name, nil).TryLock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Unlock(context.Background())
+	if d.sess.Blocks(req, 0, 32) {
+		t.Error("Blocks = true for a name the driver holds")
+	}
+	lease, err := newTestHarness(t, ModeLease).NewDriver(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Close()
+	if lease.(*Driver).Queues(req) {
+		t.Error("ModeLease queues a waiting Lock in the server")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
@@ -168,5 +169,78 @@ func TestBlocksNeedsSpareConnections(t *testing.T) {
 	defer lease.Close()
 	if lease.(*Driver).Queues(req) {
 		t.Error("ModeLease queues a waiting Lock in the server")
+	}
+}
+
+// TestAdvisoryWaitOutlastsStatementTimeout: a waiter on a pool whose
+// sessions have a statement_timeout shorter than its turn is cut short by
+// the server (query_canceled) and waits again, as after its own
+// lock_timeout; it is no backend error (with FailFast, Lock returned it).
+func TestAdvisoryWaitOutlastsStatementTimeout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	d, err := New(pool, &Options{Mode: ModeAdvisory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := dlock.New(d, nil)
+	defer waiter.Close()
+	_, holder := benchDriver(t, ModeAdvisory)
+	name := randomName("block-stmt-timeout")
+	held, err := holder.NewMutex(name, nil).TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		l, err := waiter.NewMutex(name, &dlock.MutexOptions{TTL: 3 * time.Second, FailFast: true}).Lock(ctx)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		done <- err
+	}()
+	// Several statement timeouts pass within the waiter's first turn (1s).
+	testwait.Until(t, 10*time.Second, "half a second since the waiter came", func() bool { return time.Since(start) > 500*time.Millisecond })
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Lock on a pool with statement_timeout=100ms: %v", err)
+	}
+}
+
+// TestAdvisoryCancelAsWaitEnds: waits whose context ends about when their
+// turn does (lock_timeout), 300 of them: the cancel watcher must be done
+// with the connection before the acquire gives it up. Under -race the
+// checker's partition cell caught a worker (exit status 66) and this test
+// two races before the watcher was waited for: it read the pooled
+// connection while the abort hijacked it.
+func TestAdvisoryCancelAsWaitEnds(t *testing.T) {
+	_, c := benchDriver(t, ModeAdvisory)
+	d, _ := benchDriver(t, ModeAdvisory)
+	name := randomName("block-cancel-race")
+	held, err := c.NewMutex(name, nil).TryLock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Unlock(context.Background())
+	for i := range 300 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(500+i*7%1500)*time.Microsecond)
+		_, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: "w", TTL: 3 * time.Millisecond})
+		cancel()
+		if err == nil {
+			t.Fatal("a waiter was granted a held lock")
+		}
 	}
 }

@@ -330,3 +330,7 @@ func isUniqueViolation(err error) bool { return pgCode(err) == "23505" }
 
 // isLockNotAvailable reports NOWAIT's "could not obtain lock on row".
 func isLockNotAvailable(err error) bool { return pgCode(err) == "55P03" }
+
+// isQueryCanceled reports a statement the server cancelled
+// (statement_timeout, pg_cancel_backend, a cancel request).
+func isQueryCanceled(err error) bool { return pgCode(err) == "57014" }

@@ -210,8 +210,11 @@ func (a advisory) Block(ctx context.Context, c *pinned, req driver.AcquireReques
 		return c.QueryRow(qctx, a.q.advisoryBlock13, c.key, ms).Scan(&fence, nil, &old, nil)
 	})
 	if err != nil {
-		if isLockNotAvailable(err) && ctx.Err() == nil {
-			return false, 0, nil // lock_timeout: still held
+		if (isLockNotAvailable(err) || isQueryCanceled(err)) && ctx.Err() == nil {
+			// lock_timeout, or the wait was cut short by the server (a
+			// statement_timeout shorter than the turn, an administrator's
+			// pg_cancel_backend): still held, wait again.
+			return false, 0, nil
 		}
 		return false, 0, err
 	}
@@ -243,10 +246,13 @@ const cancelGrace = time.Second
 func cancelOnDone(ctx context.Context, c *pinned, query func(context.Context) error) error {
 	qctx, interrupt := context.WithCancel(context.WithoutCancel(ctx))
 	defer interrupt()
+	pgc := c.Conn.Conn().PgConn()
+	watched := make(chan struct{})
 	watching := context.AfterFunc(ctx, func() {
+		defer close(watched)
 		cctx, cancel := context.WithTimeout(qctx, cancelGrace)
 		defer cancel()
-		if c.Conn.Conn().PgConn().CancelRequest(cctx) != nil {
+		if pgc.CancelRequest(cctx) != nil {
 			interrupt()
 			return
 		}
@@ -257,7 +263,10 @@ func cancelOnDone(ctx context.Context, c *pinned, query func(context.Context) er
 	if watching() {
 		return err
 	}
-	interrupt() // stops the watcher's wait
+	// The watcher ran: stop its wait, and let it finish before the caller
+	// does anything else with the connection (its abort may close it).
+	interrupt()
+	<-watched
 	if err == nil {
 		return fmt.Errorf("%w (granted as it was cancelled)", ctx.Err())
 	}

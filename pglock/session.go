@@ -172,6 +172,12 @@ func (a advisory) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest
 		}
 		return false, 0, err
 	}
+	return a.granted(ctx, c, req, fence, old)
+}
+
+// granted records on c the grant of req with token fence, whose statement
+// found the session's idle timeout at old, and reports it.
+func (a advisory) granted(ctx context.Context, c *pinned, req driver.AcquireRequest, fence int64, old string) (bool, uint64, error) {
 	c.oldTimeout = old
 	c.marker = holdMarker(uint64(fence), req.Owner)
 	if a.testHookLocked != nil {
@@ -218,12 +224,7 @@ func (a advisory) Block(ctx context.Context, c *pinned, req driver.AcquireReques
 		}
 		return false, 0, err
 	}
-	c.oldTimeout = old
-	c.marker = holdMarker(uint64(fence), req.Owner)
-	if a.testHookLocked != nil {
-		a.testHookLocked(ctx, c)
-	}
-	return true, uint64(fence), nil
+	return a.granted(ctx, c, req, fence, old)
 }
 
 // cancelGrace bounds how long a waiting statement interrupted by its

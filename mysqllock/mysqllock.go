@@ -71,6 +71,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sqlcommon"
@@ -103,8 +104,9 @@ type Options struct {
 // Driver is a dlock driver on a MySQL or MariaDB *sql.DB. It implements
 // driver.Driver, driver.Notifier, driver.Inspector, driver.Kinder (every
 // kind in ModeLease, the mutex only in the session modes),
-// driver.Withdrawer, driver.MultiAcquirer (ModeLease) and
-// driver.FenceRaiser. New chooses how it holds locks, once: a lease table
+// driver.Withdrawer, driver.MultiAcquirer (ModeLease),
+// driver.FenceRaiser, and driver.Queuer with driver.QueueChooser (a
+// ModeGetLock mutex waiter waits in the server, see Acquire). New chooses how it holds locks, once: a lease table
 // or a session mode.
 type Driver struct {
 	*store
@@ -138,6 +140,9 @@ type store struct {
 	// in ModeRowLock with the row locked, in ModeGetLock after the GET_LOCK
 	// statement (which does not say whether it granted).
 	testHookLocked func(ctx context.Context, c *sql.Conn)
+	// ids are the connection ids of the connections ModeGetLock waits ran
+	// on (see getLock.Block).
+	ids connIDs
 	// losses are the session modes' per-connection loss signals; nil in
 	// ModeLease.
 	losses *connLosses
@@ -147,6 +152,8 @@ var _ interface {
 	driver.Driver
 	driver.Notifier
 	driver.Inspector
+	driver.Queuer
+	driver.QueueChooser
 } = (*Driver)(nil)
 
 // New returns a driver using db. It does no I/O: the lock table is created on
@@ -255,6 +262,51 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		}
 	} else if d.stand != nil && errors.Is(err, driver.ErrLocked) {
 		d.stand.refusals.add(req.Name)
+	}
+	return g, err
+}
+
+// Queues implements driver.QueueChooser: in ModeGetLock a waiting Lock of
+// a mutex waits in the server (GET_LOCK with a timeout, see Acquire) while
+// fewer than half of the pool's connections are in use and the driver
+// holds nothing under the name; every other waiting Lock is a loop of
+// tries woken by the holder's signal (see SignalName).
+func (d *Driver) Queues(req driver.AcquireRequest) bool {
+	if d.mode != ModeGetLock {
+		return false
+	}
+	st := d.db.Stats()
+	limit := st.MaxOpenConnections
+	if limit <= 0 {
+		limit = math.MaxInt32 // no limit
+	}
+	return d.sess.Blocks(req, st.InUse, limit)
+}
+
+// Acquire implements driver.Queuer for the requests Queues accepts: the
+// lock is waited for on a pinned connection blocked in GET_LOCK, so the
+// server grants it to its waiters in the order they came, each taking it
+// the moment its holder lets go. The token is the fence bump after the
+// grant, as in TryAcquire. Each turn waits at most a third of the TTL, so
+// that a lease counted from the turn's send time keeps two thirds of it.
+// When ctx ends, the wait is ended by KILL QUERY and nothing is left held.
+// A grant made this way takes the name off the driver's contended list:
+// waiters waiting in the server need no stand-back (see standBack).
+func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if d.mode != ModeGetLock || req.Kind != driver.Exclusive {
+		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: mode %s waits by its signal, not in the server: %w", d.mode, driver.ErrUnsupported)
+	}
+	if err := d.base.Ready(ctx); err != nil {
+		return driver.Grant{}, err
+	}
+	key, req := sqlcommon.KeyedRequest(d.table, req)
+	g, err := d.sess.Acquire(ctx, req)
+	if err == nil {
+		g.Key = key
+		if g.Count == 1 {
+			d.stand.granted(req.Name, g.Token)
+			d.stand.refusals.forget(req.Name)
+		}
 	}
 	return g, err
 }

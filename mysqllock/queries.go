@@ -41,7 +41,7 @@ type queries struct {
 
 	leaseAcquire, leaseRelease, leaseRenew, leaseRenewed string
 
-	getLock, fenceInsert, getLockRelease string
+	getLock, getLockWait, fenceInsert, getLockRelease string
 
 	rowLock, rowEnsure, fenceBump, rowConfirm, rowRelease string
 
@@ -125,6 +125,9 @@ func newQueries(table string) queries {
 	// SignalName) in the same statement, only if it got {L} (IF evaluates
 	// one branch), and gives it up after {L} at release.
 	q.getLock = "SET SESSION wait_timeout = IF(GET_LOCK({L}, 0) = 1, {WT} + 0 * COALESCE(GET_LOCK({W}, 0), 0), @@SESSION.wait_timeout)"
+	// The waiting form (getLock.Block): GET_LOCK waits up to {T} seconds
+	// (fractions allowed) for the lock; KILL QUERY ends the wait with NULL.
+	q.getLockWait = "SET SESSION wait_timeout = IF(GET_LOCK({L}, {T}) = 1, {WT} + 0 * COALESCE(GET_LOCK({W}, 0), 0), @@SESSION.wait_timeout)"
 	q.fenceInsert = r.Replace("INSERT INTO $T (name, owner, fence) SELECT {K}, {O}, LAST_INSERT_ID(1) FROM DUAL WHERE IS_USED_LOCK({L}) = CONNECTION_ID() " +
 		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence, fence_floor) + 1), owner = {O}, version = version + 1")
 	q.getLockRelease = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_LOCK({L}), @dlock_signal = RELEASE_LOCK({W})"

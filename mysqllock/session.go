@@ -165,8 +165,46 @@ func (g getLock) Unlock(ctx context.Context, c pinned, name string) error {
 // autocommitted statement gated on the grant. On refusal the session is
 // left as it was.
 func (g getLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	stmt := fill(g.q.getLock, "{L}", hexLit(LockName(req.Name)), "{W}", hexLit(SignalName(req.Name)), "{WT}", waitTimeout(req.TTL))
+	return g.lockWith(ctx, c, req, func(ctx context.Context) error {
+		_, err := c.ExecContext(ctx, stmt)
+		return err
+	})
+}
+
+var _ sqlcommon.SessionBlocker[pinned] = getLock{}
+
+// Block implements sqlcommon.SessionBlocker: Lock with GET_LOCK(name,
+// wait), which waits in the server. The server grants the lock to its
+// waiting sessions in the order they came, the moment its holder lets go.
+// When ctx ends, the wait is ended by a KILL QUERY of the session from
+// another pooled connection (see sqlcommon.CancelOnDone; GET_LOCK then
+// returns NULL).
+func (g getLock) Block(ctx context.Context, c pinned, req driver.AcquireRequest, wait time.Duration) (bool, uint64, error) {
+	id, err := g.ids.of(ctx, c.Conn)
+	if err != nil {
+		return false, 0, err
+	}
+	secs := strconv.FormatFloat(max(wait.Seconds(), 0.001), 'f', 3, 64)
+	stmt := fill(g.q.getLockWait, "{L}", hexLit(LockName(req.Name)), "{W}", hexLit(SignalName(req.Name)), "{T}", secs, "{WT}", waitTimeout(req.TTL))
+	return g.lockWith(ctx, c, req, func(ctx context.Context) error {
+		// A KILL QUERY that finds the session idle changes nothing.
+		kill := func(ctx context.Context) error {
+			_, err := g.db.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(id, 10))
+			return err
+		}
+		return sqlcommon.CancelOnDone(ctx, kill, func(qctx context.Context) error {
+			_, err := c.ExecContext(qctx, stmt)
+			return err
+		})
+	})
+}
+
+// lockWith runs take, the GET_LOCK statement, and then the fence bump,
+// gated on the grant.
+func (g getLock) lockWith(ctx context.Context, c pinned, req driver.AcquireRequest, take func(context.Context) error) (bool, uint64, error) {
 	d, conn, name, owner := g.store, c.Conn, req.Name, req.Owner
-	if _, err := conn.ExecContext(ctx, fill(d.q.getLock, "{L}", hexLit(LockName(name)), "{W}", hexLit(SignalName(name)), "{WT}", waitTimeout(req.TTL))); err != nil {
+	if err := take(ctx); err != nil {
 		return false, 0, err
 	}
 	if d.testHookLocked != nil {
@@ -187,6 +225,35 @@ func (g getLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 		return false, 0, err
 	}
 	return true, uint64(id), nil
+}
+
+// connIDs caches the CONNECTION_ID() of the pooled connections that
+// session-mode waits ran on, keyed by database/sql's driver connection. It
+// is safe for concurrent use.
+type connIDs struct {
+	mu sync.Mutex
+	m  map[any]int64
+}
+
+// of returns c's CONNECTION_ID(), asking the server the first time.
+func (ids *connIDs) of(ctx context.Context, c *sql.Conn) (int64, error) {
+	dc := driverConn(c)
+	ids.mu.Lock()
+	id, ok := ids.m[dc]
+	ids.mu.Unlock()
+	if ok && dc != nil {
+		return id, nil
+	}
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return 0, err
+	}
+	ids.mu.Lock()
+	if ids.m == nil || len(ids.m) >= maxConnLosses {
+		ids.m = map[any]int64{}
+	}
+	ids.m[dc] = id
+	ids.mu.Unlock()
+	return id, nil
 }
 
 // errClosedUnder is the error of a statement that succeeded on a pinned

@@ -216,8 +216,8 @@ func (d *Driver) Queues(req driver.AcquireRequest) bool {
 // taking it the moment its holder lets go. The token is drawn in the same
 // statement, after the grant. Each turn waits at most a third of the TTL
 // (lock_timeout), so that a lease counted from the turn's send time keeps
-// two thirds of it. When ctx ends, the wait is interrupted (the pinned
-// connection is closed) and nothing is left held.
+// two thirds of it. When ctx ends, the server is asked to cancel the wait
+// (a cancel request, see sqlcommon.CancelOnDone) and nothing is left held.
 func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if d.sess == nil || !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, fmt.Errorf("pglock: acquire: mode %s waits by notification, not in the server: %w", d.mode, driver.ErrUnsupported)

@@ -209,7 +209,8 @@ func (a advisory) Block(ctx context.Context, c *pinned, req driver.AcquireReques
 		fence int64
 		old   string
 	)
-	err := cancelOnDone(ctx, c, func(qctx context.Context) error {
+	pgc := c.Conn.Conn().PgConn()
+	err := sqlcommon.CancelOnDone(ctx, pgc.CancelRequest, func(qctx context.Context) error {
 		if a.pgVer >= 140000 {
 			return c.QueryRow(qctx, a.q.advisoryBlock, c.key, c.timeoutMS, ms).Scan(&fence, nil, &old, nil)
 		}
@@ -225,53 +226,6 @@ func (a advisory) Block(ctx context.Context, c *pinned, req driver.AcquireReques
 		return false, 0, err
 	}
 	return a.granted(ctx, c, req, fence, old)
-}
-
-// cancelGrace bounds how long a waiting statement interrupted by its
-// context may take to answer its cancel request (or the request itself):
-// past it, the connection is closed.
-const cancelGrace = time.Second
-
-// cancelOnDone runs query (a statement that may wait in the server) on a
-// context that ctx's end does not cancel; when ctx ends first, it asks the
-// server to cancel the statement (a CancelRequest), so that the session
-// stops waiting at once: pgx's own reaction to a cancelled context, closing
-// the connection, would leave the server's backend waiting in the lock's
-// queue until granted, holding the lock up for the waiters behind it. If
-// the cancel request fails, or the statement has not answered within
-// cancelGrace, the statement's context is cancelled after all (pgx then
-// closes the connection). When ctx ended, the error is ctx's (wrapping the
-// statement's): even a statement that succeeded must be undone, and a
-// cancel request that came too late may still hit the next one, so the
-// caller aborts.
-func cancelOnDone(ctx context.Context, c *pinned, query func(context.Context) error) error {
-	qctx, interrupt := context.WithCancel(context.WithoutCancel(ctx))
-	defer interrupt()
-	pgc := c.Conn.Conn().PgConn()
-	watched := make(chan struct{})
-	watching := context.AfterFunc(ctx, func() {
-		defer close(watched)
-		cctx, cancel := context.WithTimeout(qctx, cancelGrace)
-		defer cancel()
-		if pgc.CancelRequest(cctx) != nil {
-			interrupt()
-			return
-		}
-		<-cctx.Done() // qctx ends when the statement returned
-		interrupt()
-	})
-	err := query(qctx)
-	if watching() {
-		return err
-	}
-	// The watcher ran: stop its wait, and let it finish before the caller
-	// does anything else with the connection (its abort may close it).
-	interrupt()
-	<-watched
-	if err == nil {
-		return fmt.Errorf("%w (granted as it was cancelled)", ctx.Err())
-	}
-	return fmt.Errorf("%w: %w", ctx.Err(), err)
 }
 
 // markerPrefix starts the literal a ModeAdvisory mutex holder's renewal

@@ -122,6 +122,53 @@ type SessionBlocker[C Conn] interface {
 	Block(ctx context.Context, c C, req driver.AcquireRequest, wait time.Duration) (ok bool, token uint64, err error)
 }
 
+// CancelGrace bounds how long CancelOnDone's cancel of a waiting statement
+// may take (the cancel itself, and the statement's answer to it): past it,
+// the statement's context is cancelled, which closes its connection.
+const CancelGrace = time.Second
+
+// CancelOnDone runs query, a statement that may wait in the server, on a
+// context that ctx's end does not cancel; when ctx ends first, it calls
+// cancel, which asks the server to end the statement (a PostgreSQL cancel
+// request, a MySQL KILL QUERY from another connection), so that its
+// session stops waiting at once. The database drivers' own reaction to a
+// cancelled context, closing the connection, would leave the server's
+// session waiting in the lock's queue until it noticed, and then holding
+// the lock it was granted. If cancel fails, or the statement has not
+// answered within CancelGrace, the statement's context is cancelled after
+// all. When ctx ended, the error is ctx's (wrapping the statement's, if
+// any): even a statement that succeeded must be undone, so the caller
+// aborts; cancel has returned by then, so the caller may close the
+// connection.
+func CancelOnDone(ctx context.Context, cancel func(context.Context) error, query func(context.Context) error) error {
+	qctx, interrupt := context.WithCancel(context.WithoutCancel(ctx))
+	defer interrupt()
+	watched := make(chan struct{})
+	watching := context.AfterFunc(ctx, func() {
+		defer close(watched)
+		cctx, stop := context.WithTimeout(qctx, CancelGrace)
+		defer stop()
+		if cancel(cctx) != nil {
+			interrupt()
+			return
+		}
+		<-cctx.Done() // qctx ends when the statement returned
+		interrupt()
+	})
+	err := query(qctx)
+	if watching() {
+		return err
+	}
+	// The watcher ran: stop its wait, and let it finish before the caller
+	// does anything else with the connection.
+	interrupt()
+	<-watched
+	if err == nil {
+		return fmt.Errorf("%w (its wait was ended)", ctx.Err())
+	}
+	return fmt.Errorf("%w: %w", ctx.Err(), err)
+}
+
 // Hold is one lock held in a session mode: the pinned connection and the
 // local re-entrance count (the server is asked once per hold). It is the
 // driver.Grant.Handle of every grant on it.

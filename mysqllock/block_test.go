@@ -3,13 +3,12 @@ package mysqllock
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/testwait"
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 )
 
 // TestGetLockWaitsInServer: in ModeGetLock a waiting Lock of a held mutex
@@ -19,67 +18,26 @@ import (
 // Lock waited for the holder's wake-up signal and then tried again: no
 // session waited on the lock itself.
 func TestGetLockWaitsInServer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	d0, _ := benchDriver(t, ModeGetLock)
 	name := randomName("block-fifo")
-	// The sessions waiting in GET_LOCK on the lock's own name (not on its
-	// wake-up signal).
-	waiting := func() int {
-		t.Helper()
-		var n int
-		err := d0.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
-			"%GET_LOCK(X'"+hex.EncodeToString([]byte(LockName(name)))+"'%").Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	clients := make([]*dlock.Client, 4)
 	for i := range clients {
 		_, clients[i] = benchDriver(t, ModeGetLock)
 	}
-	held, err := clients[0].NewMutex(name, nil).TryLock(ctx)
+	sqltest.ServerQueueOrder(t, clients, name, func() int { return waitingOn(t, d0, name) })
+}
+
+// waitingOn counts the sessions waiting in GET_LOCK on name's lock (not on
+// its wake-up signal).
+func waitingOn(t *testing.T, d *Driver, name string) int {
+	t.Helper()
+	var n int
+	err := d.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
+		"%GET_LOCK(X'"+hex.EncodeToString([]byte(LockName(name)))+"'%").Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type grant struct {
-		who   int
-		token uint64
-	}
-	grants := make(chan grant, 3)
-	errs := make(chan error, 3)
-	for i := 1; i <= 3; i++ {
-		go func() {
-			l, err := clients[i].NewMutex(name, nil).Lock(ctx)
-			if err != nil {
-				errs <- err
-				return
-			}
-			grants <- grant{i, l.Token()}
-			errs <- l.Unlock(ctx)
-		}()
-		testwait.Until(t, 10*time.Second, fmt.Sprintf("waiter %d waiting in GET_LOCK", i), func() bool { return waiting() == i })
-	}
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	last := held.Token()
-	for want := 1; want <= 3; want++ {
-		g := <-grants
-		if g.who != want || g.token <= last {
-			t.Fatalf("grant %d went to waiter %d with token %d (previous token %d); want waiter %d, a larger token", want, g.who, g.token, last, want)
-		}
-		last = g.token
-	}
-	for range 3 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := waiting(); n != 0 {
-		t.Fatalf("%d sessions still wait in GET_LOCK", n)
-	}
+	return n
 }
 
 // TestGetLockCancelAsWaitEnds: waits whose context ends about when their
@@ -111,12 +69,7 @@ func TestGetLockCancelAsWaitEnds(t *testing.T) {
 	for range 20 {
 		wait(3*time.Second, 20*time.Millisecond)
 	}
-	var n int
-	if err := d.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock' AND INFO LIKE ?",
-		"%GET_LOCK(X'"+hex.EncodeToString([]byte(LockName(name)))+"'%").Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
+	if n := waitingOn(t, d, name); n != 0 {
 		t.Fatalf("%d sessions of cancelled waits still wait in GET_LOCK", n)
 	}
 	if err := held.Unlock(context.Background()); err != nil {

@@ -2,7 +2,6 @@ package pglock
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 	"github.com/dlock/dlock/internal/testwait"
 )
 
@@ -34,58 +34,17 @@ WHERE locktype = 'advisory' AND NOT granted AND objsubid = 1 AND ((classid::bigi
 // pg_try_advisory_lock, woken by NOTIFY: no session waited in the server,
 // and every release woke a waiter per process to try again.
 func TestAdvisoryLockWaitsInServer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, serverURL(t))
+	admin, err := pgx.Connect(context.Background(), serverURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(ctx)
+	defer admin.Close(context.Background())
 	name := randomName("block-fifo")
-	key := AdvisoryKey(name)
 	clients := make([]*dlock.Client, 4)
 	for i := range clients {
 		_, clients[i] = benchDriver(t, ModeAdvisory)
 	}
-	held, err := clients[0].NewMutex(name, nil).TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type grant struct {
-		who   int
-		token uint64
-	}
-	grants := make(chan grant, 3)
-	errs := make(chan error, 3)
-	for i := 1; i <= 3; i++ {
-		go func() {
-			l, err := clients[i].NewMutex(name, nil).Lock(ctx)
-			if err != nil {
-				errs <- err
-				return
-			}
-			grants <- grant{i, l.Token()}
-			errs <- l.Unlock(ctx)
-		}()
-		// The next waiter comes once this one waits in the server.
-		testwait.Until(t, 10*time.Second, fmt.Sprintf("waiter %d waiting in pg_advisory_lock", i), func() bool { return waitingSessions(t, admin, key) == i })
-	}
-	if err := held.Unlock(ctx); err != nil {
-		t.Fatal(err)
-	}
-	last := held.Token()
-	for want := 1; want <= 3; want++ {
-		g := <-grants
-		if g.who != want || g.token <= last {
-			t.Fatalf("grant %d went to waiter %d with token %d (previous token %d); want waiter %d, a larger token", want, g.who, g.token, last, want)
-		}
-		last = g.token
-	}
-	for range 3 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
+	sqltest.ServerQueueOrder(t, clients, name, func() int { return waitingSessions(t, admin, AdvisoryKey(name)) })
 }
 
 // TestAdvisoryWaitTurns: a waiter whose wait outlasts a third of its TTL

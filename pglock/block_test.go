@@ -47,6 +47,28 @@ func TestAdvisoryLockWaitsInServer(t *testing.T) {
 	sqltest.ServerQueueOrder(t, clients, name, func() int { return waitingSessions(t, admin, AdvisoryKey(name)) })
 }
 
+// TestRowLockWaitsInServer: in ModeRowLock too a waiting Lock of a held
+// mutex waits in the server (its locking read of the name's row, without
+// NOWAIT), and the waiters are granted in the order they came.
+func TestRowLockWaitsInServer(t *testing.T) {
+	d0, _ := benchDriver(t, ModeRowLock)
+	name := randomName("block-row-fifo")
+	clients := make([]*dlock.Client, 4)
+	for i := range clients {
+		_, clients[i] = benchDriver(t, ModeRowLock)
+	}
+	waiting := func() int {
+		var n int
+		err := d0.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query = $1 AND datname = current_database()`, d0.q.rowLockWait).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	sqltest.ServerQueueOrder(t, clients, name, waiting)
+}
+
 // TestAdvisoryWaitTurns: a waiter whose wait outlasts a third of its TTL
 // waits again in the server turn after turn (lock_timeout ends each), and
 // its grant's lease counts from the last turn's send time, not from its

@@ -117,7 +117,7 @@ type Options struct {
 // driver.Driver, driver.Notifier, driver.Inspector, driver.Kinder (the
 // kinds its mode has), driver.Withdrawer, driver.MultiAcquirer (ModeLease),
 // driver.FenceRaiser, and driver.Queuer with driver.QueueChooser (a
-// ModeAdvisory mutex waiter waits in the server, see Acquire). New chooses how it holds locks, once: a lease
+// session-mode mutex waiter waits in the server, see Acquire). New chooses how it holds locks, once: a lease
 // table or a session mode.
 type Driver struct {
 	*store
@@ -197,13 +197,13 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 	return d, nil
 }
 
-// Queues implements driver.QueueChooser: in ModeAdvisory a waiting Lock of
-// a mutex without lock-delay waits in the server (pg_advisory_lock, see
-// Acquire) while fewer than half of the pool's connections are in use and
-// the driver holds nothing under the name; every other waiting Lock is a
-// loop of tries woken by release notifications.
+// Queues implements driver.QueueChooser: in the session modes a waiting
+// Lock of a mutex without lock-delay waits in the server (see Acquire)
+// while fewer than half of the pool's connections are in use and the
+// driver holds nothing under the name; every other waiting Lock (and every
+// one in ModeLease) is a loop of tries woken by release notifications.
 func (d *Driver) Queues(req driver.AcquireRequest) bool {
-	if d.mode != ModeAdvisory {
+	if d.sess == nil {
 		return false
 	}
 	st := d.pool.Stat()
@@ -211,12 +211,14 @@ func (d *Driver) Queues(req driver.AcquireRequest) bool {
 }
 
 // Acquire implements driver.Queuer for the requests Queues accepts: the
-// lock is waited for on a pinned connection blocked in pg_advisory_lock,
-// so the server grants it to its waiters in the order they came, each
-// taking it the moment its holder lets go. The token is drawn in the same
-// statement, after the grant. Each turn waits at most a third of the TTL
-// (lock_timeout), so that a lease counted from the turn's send time keeps
-// two thirds of it. When ctx ends, the server is asked to cancel the wait
+// lock is waited for on a pinned connection blocked in pg_advisory_lock
+// (ModeAdvisory; the token is drawn in the same statement, after the
+// grant) or in a locking read of the name's row without NOWAIT
+// (ModeRowLock; the fence is incremented after the grant, as for a try), so
+// the server grants it to its waiters in the order they came, each taking
+// it the moment its holder lets go. Each turn waits at most a third of the
+// TTL (lock_timeout), so that a lease counted from the turn's send time
+// keeps two thirds of it. When ctx ends, the server is asked to cancel the wait
 // (a cancel request, see sqlcommon.CancelOnDone) and nothing is left held.
 func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if d.sess == nil || !d.SupportsKind(req.Kind) {

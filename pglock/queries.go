@@ -24,7 +24,7 @@ type queries struct {
 	advisoryPingMarked, advisoryPingMarked13                              string
 	createTokens, createTokenFloor, hasTokens, migrateTokens, raiseTokens string
 
-	rowEnsure, rowLock, fenceBump, rowPing, rowNotify string
+	rowEnsure, rowLock, rowLockWait, fenceBump, rowPing, rowNotify string
 
 	inspect, inspectAdvisory, inspectRow string
 
@@ -196,6 +196,7 @@ FROM (SELECT pg_advisory_xact_lock($1)) AS serialised`)
 
 	q.rowEnsure = r.Replace(`INSERT INTO $T_rowlock (name) VALUES ($1) ON CONFLICT DO NOTHING`)
 	q.rowLock = r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM $T_rowlock WHERE name = $1 FOR UPDATE NOWAIT`)
+	q.rowLockWait = r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM $T_rowlock WHERE name = $1 FOR UPDATE`)
 	q.fenceBump = r.Replace(`INSERT INTO $T AS l (name, owner, fence) VALUES ($1, $2, 1)
 	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
 	RETURNING fence`)

@@ -378,19 +378,54 @@ func (r rowLock) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest)
 	if req.Kind != driver.Exclusive {
 		return r.lockKind(ctx, c, req)
 	}
+	return r.lockRow(ctx, c, req, 0)
+}
+
+var _ sqlcommon.SessionBlocker[*pinned] = rowLock{}
+
+// Block implements sqlcommon.SessionBlocker: Lock whose locking read waits
+// for the row (FOR UPDATE without NOWAIT, under a lock_timeout of wait set
+// for the transaction). PostgreSQL queues the sessions waiting for a row in
+// order and gives it to the first when its holder's transaction ends. When
+// ctx ends, the wait is cancelled by a cancel request (see
+// sqlcommon.CancelOnDone).
+func (r rowLock) Block(ctx context.Context, c *pinned, req driver.AcquireRequest, wait time.Duration) (bool, uint64, error) {
+	return r.lockRow(ctx, c, req, max(wait, time.Millisecond))
+}
+
+// lockRow is Lock of a mutex, whose locking read waits up to wait for the
+// row when wait is above 0 (Block), and refuses at once otherwise.
+func (r rowLock) lockRow(ctx context.Context, c *pinned, req driver.AcquireRequest, wait time.Duration) (bool, uint64, error) {
 	d, name, owner := r.store, req.Name, req.Owner
 	for attempt := 0; ; attempt++ {
 		b := &pgx.Batch{}
 		b.Queue("BEGIN")
-		b.Queue(d.q.rowLock, name, c.timeoutMS)
-		br := c.SendBatch(ctx, b)
-		_, err := br.Exec()
-		var set string
-		if err == nil {
-			err = br.QueryRow().Scan(&set)
+		lock := d.q.rowLock
+		if wait > 0 {
+			b.Queue("SET LOCAL lock_timeout = " + strconv.FormatInt(max(wait.Milliseconds(), 1), 10))
+			lock = d.q.rowLockWait
 		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
+		b.Queue(lock, name, c.timeoutMS)
+		var set string
+		send := func(ctx context.Context) error {
+			br := c.SendBatch(ctx, b)
+			_, err := br.Exec()
+			if err == nil && wait > 0 {
+				_, err = br.Exec()
+			}
+			if err == nil {
+				err = br.QueryRow().Scan(&set)
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			return err
+		}
+		var err error
+		if wait > 0 {
+			err = sqlcommon.CancelOnDone(ctx, c.Conn.Conn().PgConn().CancelRequest, send)
+		} else {
+			err = send(ctx)
 		}
 		switch {
 		case err == nil:
@@ -399,7 +434,9 @@ func (r rowLock) Lock(ctx context.Context, c *pinned, req driver.AcquireRequest)
 				return false, 0, err
 			}
 			continue
-		case isLockNotAvailable(err):
+		case isLockNotAvailable(err), wait > 0 && isQueryCanceled(err) && ctx.Err() == nil:
+			// Held (NOWAIT, lock_timeout), or a wait the server cut short
+			// (statement_timeout, pg_cancel_backend): refused.
 			_, rerr := c.Exec(ctx, "ROLLBACK")
 			return false, 0, rerr
 		default:

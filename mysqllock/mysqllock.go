@@ -106,8 +106,8 @@ type Options struct {
 // kind in ModeLease, the mutex only in the session modes),
 // driver.Withdrawer, driver.MultiAcquirer (ModeLease),
 // driver.FenceRaiser, and driver.Queuer with driver.QueueChooser (a
-// ModeGetLock mutex waiter waits in the server, see Acquire). New chooses how it holds locks, once: a lease table
-// or a session mode.
+// ModeGetLock mutex waiter waits in the server, see Acquire). New chooses
+// how it holds locks, once: a lease table or a session mode.
 type Driver struct {
 	*store
 	base  *sqlcommon.Base

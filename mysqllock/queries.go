@@ -124,10 +124,10 @@ func newQueries(table string) queries {
 	// The holder's session also takes the lock's wake-up signal {W} (see
 	// SignalName) in the same statement, only if it got {L} (IF evaluates
 	// one branch), and gives it up after {L} at release.
-	q.getLock = "SET SESSION wait_timeout = IF(GET_LOCK({L}, 0) = 1, {WT} + 0 * COALESCE(GET_LOCK({W}, 0), 0), @@SESSION.wait_timeout)"
-	// The waiting form (getLock.Block): GET_LOCK waits up to {T} seconds
+	// The waiting form (getLock.Block) has GET_LOCK wait up to {T} seconds
 	// (fractions allowed) for the lock; KILL QUERY ends the wait with NULL.
 	q.getLockWait = "SET SESSION wait_timeout = IF(GET_LOCK({L}, {T}) = 1, {WT} + 0 * COALESCE(GET_LOCK({W}, 0), 0), @@SESSION.wait_timeout)"
+	q.getLock = fill(q.getLockWait, "{T}", "0")
 	q.fenceInsert = r.Replace("INSERT INTO $T (name, owner, fence) SELECT {K}, {O}, LAST_INSERT_ID(1) FROM DUAL WHERE IS_USED_LOCK({L}) = CONNECTION_ID() " +
 		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence, fence_floor) + 1), owner = {O}, version = version + 1")
 	q.getLockRelease = "SET SESSION wait_timeout = DEFAULT, @dlock_released = RELEASE_LOCK({L}), @dlock_signal = RELEASE_LOCK({W})"

@@ -117,8 +117,8 @@ type Options struct {
 // driver.Driver, driver.Notifier, driver.Inspector, driver.Kinder (the
 // kinds its mode has), driver.Withdrawer, driver.MultiAcquirer (ModeLease),
 // driver.FenceRaiser, and driver.Queuer with driver.QueueChooser (a
-// session-mode mutex waiter waits in the server, see Acquire). New chooses how it holds locks, once: a lease
-// table or a session mode.
+// session-mode mutex waiter waits in the server, see Acquire). New chooses
+// how it holds locks, once: a lease table or a session mode.
 type Driver struct {
 	*store
 	base    *sqlcommon.Base
@@ -218,8 +218,9 @@ func (d *Driver) Queues(req driver.AcquireRequest) bool {
 // the server grants it to its waiters in the order they came, each taking
 // it the moment its holder lets go. Each turn waits at most a third of the
 // TTL (lock_timeout), so that a lease counted from the turn's send time
-// keeps two thirds of it. When ctx ends, the server is asked to cancel the wait
-// (a cancel request, see sqlcommon.CancelOnDone) and nothing is left held.
+// keeps two thirds of it. When ctx ends, the server is asked to cancel the
+// wait (a cancel request, see sqlcommon.CancelOnDone) and nothing is left
+// held.
 func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if d.sess == nil || !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, fmt.Errorf("pglock: acquire: mode %s waits by notification, not in the server: %w", d.mode, driver.ErrUnsupported)

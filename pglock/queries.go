@@ -145,9 +145,11 @@ RETURNING l.name, l.owner, l.fence`)
 	// The first acquire of a name by a driver also makes sure its row
 	// exists (a no-op when it does), so that Inspect lists it: the CTE runs
 	// whether or not the lock is granted. The name is the last parameter.
-	newRow := func(n string) string {
-		return r.Replace(`WITH n AS (INSERT INTO $T (name) VALUES ($` + n + `) ON CONFLICT (name) DO NOTHING) `)
+	// insertName makes sure of a name's row, the name being parameter $n.
+	insertName := func(n string) string {
+		return r.Replace(`INSERT INTO $T (name) VALUES ($` + n + `) ON CONFLICT (name) DO NOTHING`)
 	}
+	newRow := func(n string) string { return `WITH n AS (` + insertName(n) + `) ` }
 	// The waiting acquire (see advisory.Block): the same statement with
 	// pg_advisory_lock, which waits at most lock_timeout (the last
 	// parameter, ms, set for this statement's transaction only, before the
@@ -158,7 +160,7 @@ RETURNING l.name, l.owner, l.fence`)
 	}
 	q.advisoryBlock = r.Replace(acquire + `current_setting('idle_session_timeout'), set_config('idle_session_timeout', $2, false)` + blocking("3"))
 	q.advisoryBlock13 = r.Replace(acquire + `'', ''` + blocking("2"))
-	q.advisoryEnsure = r.Replace(`INSERT INTO $T (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`)
+	q.advisoryEnsure = insertName("1")
 	q.advisoryAcquireNew = newRow("3") + q.advisoryAcquire
 	q.advisoryAcquireNew13 = newRow("2") + q.advisoryAcquire13
 	q.createTokens = r.Replace(`CREATE SEQUENCE IF NOT EXISTS $T_tokens MINVALUE 1`)
@@ -195,8 +197,8 @@ FROM (SELECT pg_advisory_xact_lock($1)) AS serialised`)
 	q.advisoryPingMarked13 = `SELECT $1::text`
 
 	q.rowEnsure = r.Replace(`INSERT INTO $T_rowlock (name) VALUES ($1) ON CONFLICT DO NOTHING`)
-	q.rowLock = r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM $T_rowlock WHERE name = $1 FOR UPDATE NOWAIT`)
 	q.rowLockWait = r.Replace(`SELECT set_config('idle_in_transaction_session_timeout', $2, true) FROM $T_rowlock WHERE name = $1 FOR UPDATE`)
+	q.rowLock = q.rowLockWait + ` NOWAIT`
 	q.fenceBump = r.Replace(`INSERT INTO $T AS l (name, owner, fence) VALUES ($1, $2, 1)
 	ON CONFLICT (name) DO UPDATE SET fence = GREATEST(l.fence, l.fence_floor) + 1, owner = excluded.owner, version = l.version + 1
 	RETURNING fence`)

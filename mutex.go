@@ -605,6 +605,11 @@ func (m *Mutex) tryLoop(cw *closeWatch, req driver.AcquireRequest, r resolved, w
 		if ctx = cw.arm(c); ctx == nil {
 			return driver.Grant{}, sent, ErrClosed
 		}
+		if ctx.Err() != nil {
+			// The attempt outlasted ctx: no further attempt (the retry
+			// after subscribing included) may start on it.
+			return driver.Grant{}, sent, ctx.Err()
+		}
 		if !triedSubscribe {
 			if subscribe(); notify != nil {
 				continue // try again now that a release cannot be missed

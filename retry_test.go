@@ -410,6 +410,61 @@ func TestLockRetryEndsWithContextAndLastError(t *testing.T) {
 	})
 }
 
+// lateRefusals is a memlock driver whose refusals come back only once the
+// attempt's context has ended, as a quorum attempt's does when it waits
+// out a silent node's timeout; it counts the attempts begun on a context
+// that had already ended.
+type lateRefusals struct {
+	*memlock.Driver
+	onDone atomic.Int32
+}
+
+func (d *lateRefusals) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if ctx.Err() != nil {
+		d.onDone.Add(1)
+	}
+	g, err := d.Driver.TryAcquire(ctx, req)
+	if errors.Is(err, driver.ErrLocked) {
+		<-ctx.Done()
+	}
+	return g, err
+}
+
+// Subscribe succeeds on an ended context, as a subscription that only
+// joins one already made does.
+func (d *lateRefusals) Subscribe(_ context.Context, name string) (driver.Subscription, error) {
+	return d.Driver.Subscribe(context.Background(), name)
+}
+
+// TestNoAttemptOnEndedContext: when a refused attempt outlasts the Lock's
+// context, Lock returns the context's error; it starts no other attempt
+// (before, the retry that follows a new release subscription ran on the
+// ended context, and a quorum driver's attempt then waited out its node
+// timeouts once more).
+func TestNoAttemptOnEndedContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memlock.NewBackend()
+		holder := dlock.New(b.NewDriver(), nil)
+		defer holder.Close()
+		l, err := holder.NewMutex("late", nil).TryLock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Unlock(context.Background())
+		d := &lateRefusals{Driver: b.NewDriver()}
+		c := dlock.New(d, nil)
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if _, err := c.NewMutex("late", nil).Lock(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock = %v, want the context's deadline", err)
+		}
+		if n := d.onDone.Load(); n != 0 {
+			t.Errorf("%d attempts began on the ended context", n)
+		}
+	})
+}
+
 func TestLockDoesNotRetryUnsupported(t *testing.T) {
 	c, d := newMem(t, nil)
 	d.FailCalls(func(op string) error { return fmt.Errorf("no such thing: %w", driver.ErrUnsupported) })

@@ -98,6 +98,11 @@ const maxLeftoverTries = 3
 // grants made since on other nodes; attempt then releases everything it
 // got, clears the leftovers, and the caller tries again afresh.
 func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver.Grant, bool, error) {
+	if err := ctx.Err(); err != nil {
+		// The node calls below outlive ctx (and are waited for when it
+		// ends): on a done ctx, send nothing.
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", err)
+	}
 	start := time.Now()
 	timeout := d.timeoutFor(req.TTL)
 	n := len(d.nodes)
@@ -379,22 +384,33 @@ func nodeLease(req driver.AcquireRequest, g driver.Grant) driver.Lease {
 // or may have (its reply was lost), among the nodes that answered; the
 // others are left to undoLate, so that no release overtakes its acquire.
 func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, ans []answer) {
-	var which []int
+	var which, lost []int
 	for i, a := range ans {
-		if a.maybeHeld() {
+		switch {
+		case a.granted():
 			which = append(which, i)
+		case a.maybeHeld():
+			lost = append(lost, i)
 		}
 	}
-	if len(which) == 0 {
-		return
-	}
-	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (int, error) {
+	release := func(ctx context.Context, i int, nd driver.Driver) (int, error) {
 		l := nodeLease(req, driver.Grant{})
 		if a := ans[i]; a.granted() {
 			l = nodeLease(req, a.grant)
 		}
 		return nd.Release(ctx, l)
-	})
+	}
+	// A node whose reply to the acquire was lost may never answer the
+	// release either (it is paused, or cut off), and the release may even
+	// reach it before the acquire did: waiting for it would only hold the
+	// caller for the node timeout. It is released in the background.
+	if len(lost) > 0 {
+		_ = fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), lost, release)
+	}
+	if len(which) == 0 {
+		return
+	}
+	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), which, release)
 	for range which {
 		<-results
 	}

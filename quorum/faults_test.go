@@ -9,9 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testwait"
+	"github.com/dlock/dlock/redislock"
 )
 
 // tokenLog records every token granted, in the order the grants happened:
@@ -109,6 +113,158 @@ func TestOneOfThreeDownStillGrants(t *testing.T) {
 	}
 	for i := range 3 {
 		unlock(t, lock(t, b, name, &log, fmt.Sprintf("node 2 back empty, round %d", i)))
+	}
+}
+
+// TestWaitWithANodePaused: with one node of three paused (it accepts
+// connections and requests but answers nothing), a Lock that has to wait
+// returns when its context ends, give or take one node timeout, and a
+// waiter is granted soon after the holder lets go. Before, a waiter's
+// release subscription went to the paused node with the Lock's whole
+// context and then some (go-redis's dial timeout, 5 s), then a last
+// attempt ran on the expired context and waited out the node timeout
+// twice: a 500 ms Lock took 1.3-15 s, and stalled TestRestartEmptyMidHold.
+func TestWaitWithANodePaused(t *testing.T) {
+	t.Parallel()
+	nodes := redisNodes(t, 3)
+	const ttl = time.Second
+	holder, waiter := newClient(t, nodes, ttl), newClient(t, nodes, ttl)
+	name := "wait-paused"
+	var log tokenLog
+	// Both clients have reached every node before the pause.
+	unlock(t, lock(t, waiter, name, &log, "all up, waiter"))
+	l := lock(t, holder, name, &log, "all up, holder")
+	if err := nodes[1].srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = nodes[1].srv.Resume()
+		}
+	}()
+
+	for i := range 3 {
+		const wait = 500 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		start := time.Now()
+		_, err := waiter.NewMutex(name, nil).Lock(ctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock %d while held: %v, want the context's deadline", i, err)
+		}
+		if took > wait+testNodeTimeout {
+			t.Errorf("Lock %d with a %v context returned after %v (node timeout %v)", i, wait, took, testNodeTimeout)
+		}
+	}
+
+	type outcome struct {
+		l   *dlock.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		l, err := waiter.NewMutex(name, nil).Lock(ctx)
+		got <- outcome{l, err, time.Now()}
+	}()
+	opt, err := redis.ParseURL(nodes[0].url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(opt)
+	defer admin.Close()
+	channel := redisscript.KeysFor(redislock.DefaultKeyPrefix, name).Channel
+	testwait.Until(t, 5*time.Second, "the waiter subscribed", func() bool {
+		m, err := admin.PubSubNumSub(context.Background(), channel).Result()
+		return err == nil && m[channel] > 0
+	})
+	unlock(t, l)
+	released := time.Now()
+	o := <-got
+	if o.err != nil {
+		t.Fatalf("the waiter, after the release: %v", o.err)
+	}
+	log.add(t, o.l, "waiter, node 1 paused")
+	if d := o.at.Sub(released); d > 2*time.Second {
+		t.Errorf("the waiter was granted %v after the release", d)
+	}
+	unlock(t, o.l)
+	if err := nodes[1].srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+}
+
+// TestSplitAttemptDoesNotWaitForAPausedNode: an attempt granted by one
+// node, refused by another and unanswered by a paused third fails once the
+// third's node timeout runs out, and its undo does not wait another node
+// timeout for a release the paused node will not answer either (it is
+// sent in the background). Before, a split attempt with a node paused
+// cost two node timeouts. An attempt on an ended context returns at once.
+func TestSplitAttemptDoesNotWaitForAPausedNode(t *testing.T) {
+	t.Parallel()
+	nodes := redisNodes(t, 3)
+	const nodeTimeout = time.Second
+	d, err := openQuorumWith(context.Background(), nodes, nodeTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dlock.New(d, &dlock.Options{TTL: 10 * time.Second})
+	t.Cleanup(func() { _ = c.Close() })
+	name := "split-paused"
+	if l, err := c.NewMutex(name, nil).TryLock(context.Background()); err != nil {
+		t.Fatal(err)
+	} else {
+		unlock(t, l)
+	}
+	// Another owner holds node 2 alone.
+	n2, err := dlock.OpenDriver(context.Background(), nodes[2].url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if _, err := n2.TryAcquire(context.Background(), driver.AcquireRequest{Name: name, Owner: "other", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[1].srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = nodes[1].srv.Resume() }()
+	start := time.Now()
+	_, err = c.NewMutex(name, nil).TryLock(context.Background())
+	took := time.Since(start)
+	if !errors.Is(err, dlock.ErrLocked) {
+		t.Fatalf("TryLock with node 0 free, node 1 paused, node 2 held: %v, want ErrLocked", err)
+	}
+	if took > nodeTimeout*3/2 {
+		t.Errorf("the failed attempt took %v with a node timeout of %v", took, nodeTimeout)
+	}
+	// An attempt on an ended context sends nothing, so waits for nothing.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	start = time.Now()
+	if _, err := d.TryAcquire(ended, driver.AcquireRequest{Name: name, Owner: "late", TTL: time.Second}); !errors.Is(err, context.Canceled) {
+		t.Errorf("TryAcquire on an ended context: %v, want context.Canceled", err)
+	}
+	if took := time.Since(start); took > nodeTimeout/2 {
+		t.Errorf("TryAcquire on an ended context took %v", took)
+	}
+	// Node 0's grant was undone before TryLock returned.
+	n0, err := dlock.OpenDriver(context.Background(), nodes[0].url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n0.Close()
+	infos, err := n0.(driver.Inspector).Inspect(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) > 0 && infos[0].Owner != "" {
+		t.Errorf("node 0 still held by %q after the failed attempt", infos[0].Owner)
 	}
 }
 

@@ -17,33 +17,65 @@ import (
 // driver.Notifier; the subscription fires when any of them notifies (a
 // release shows on each node as it reaches it, so the first copy wakes the
 // waiter; a waiter that then finds a majority still held waits for the next
-// copy or its retry hint). It fails, and the dlock package polls, when no
-// node can notify.
+// copy or its retry hint). The nodes are subscribed at once, each within
+// the node timeout; Subscribe returns when all have answered, or when a
+// quorum has subscribed and the others have had as long again as that took
+// (a node that does not answer costs a waiting Lock nothing then). A node's
+// subscription that comes later is closed. It fails, and the dlock package
+// polls, when no node can notify.
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	if !d.gate.enter() {
 		return nil, errClosed
 	}
 	defer d.gate.exit()
+	var which []int
+	for i, n := range d.nodes {
+		if _, ok := n.d.(driver.Notifier); ok {
+			which = append(which, i)
+		}
+	}
+	if len(which) == 0 {
+		return nil, ctxerr.Wrap(ctx, "quorum: subscribe", errors.New("no node notifies releases"))
+	}
+	start := time.Now()
+	results := fanout(d, ctx, d.timeoutFor(0), which, func(ctx context.Context, _ int, nd driver.Driver) (driver.Subscription, error) {
+		return nd.(driver.Notifier).Subscribe(ctx, name)
+	})
 	s := &sub{c: make(chan struct{}, 1), stop: make(chan struct{})}
 	var firstErr error
-	for _, n := range d.nodes {
-		nf, ok := n.d.(driver.Notifier)
-		if !ok {
-			continue
-		}
-		ns, err := nf.Subscribe(ctx, name)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("%s: %w", n.name, err)
+	got := 0
+	var grace <-chan time.Time
+collect:
+	for got < len(which) {
+		select {
+		case r := <-results:
+			got++
+			if r.err != nil {
+				if firstErr == nil {
+					firstErr = r.err
+				}
+				continue
 			}
-			continue
+			s.subs = append(s.subs, r.v)
+			if len(s.subs) >= d.quorum && grace == nil && got < len(which) {
+				t := time.NewTimer(max(time.Since(start), 2*time.Millisecond))
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			break collect
 		}
-		s.subs = append(s.subs, ns)
+	}
+	if late := len(which) - got; late > 0 {
+		d.gate.spawn(func() {
+			for range late {
+				if r := <-results; r.err == nil {
+					_ = r.v.Close()
+				}
+			}
+		})
 	}
 	if len(s.subs) == 0 {
-		if firstErr == nil {
-			firstErr = errors.New("no node notifies releases")
-		}
 		return nil, ctxerr.Wrap(ctx, "quorum: subscribe", firstErr)
 	}
 	for _, ns := range s.subs {

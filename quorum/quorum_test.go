@@ -403,6 +403,17 @@ func TestSlowNodeReleased(t *testing.T) {
 	}
 }
 
+// enteringNode counts the TryAcquire calls that reach the node driver.
+type enteringNode struct {
+	*memlock.Driver
+	n *atomic.Int32
+}
+
+func (e enteringNode) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	e.n.Add(1)
+	return e.Driver.TryAcquire(ctx, req)
+}
+
 // TestCancelledAcquireLeavesNothing: a TryAcquire whose caller gives up
 // while its requests are still on their way returns only once they have
 // answered (each within the node timeout) and what they granted is undone. Before, it returned at once
@@ -416,8 +427,17 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 	for _, b := range bs {
 		bds = append(bds, b.NewDriver())
 	}
-	qa, qb := newMemQuorum(t, as), newMemQuorum(t, bds)
+	qa := newMemQuorum(t, as)
 	defer qa.Close()
+	var entered atomic.Int32
+	bnodes := make([]driver.Driver, len(bds))
+	for i, d := range bds {
+		bnodes[i] = enteringNode{d, &entered}
+	}
+	qb, err := quorum.New(bnodes, &quorum.Options{NodeTimeout: testNodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer qb.Close()
 	ctx := context.Background()
 	name := fmt.Sprintf("cancelled-%d", memSeq.Add(1))
@@ -435,6 +455,9 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 		_, err := qb.TryAcquire(bctx, driver.AcquireRequest{Name: name, Owner: "b", TTL: 10 * time.Second})
 		done <- err
 	}()
+	// B gives up once its requests are on their way (a call on an
+	// ended context sends nothing).
+	testwait.Until(t, 5*time.Second, "B's requests sent", func() bool { return entered.Load() == int32(len(bds)) })
 	cancel()
 	// A releases, then B's requests reach the nodes: a node grants B unless
 	// B's call already ended them.

@@ -8,9 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	dlock "github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/redisscript"
 	"github.com/dlock/dlock/internal/testserver"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // newClient opens a dlock client over a Redlock driver on srvs.
@@ -355,6 +359,156 @@ func TestFiveNodesTolerateTwo(t *testing.T) {
 		}
 		if errors.Is(err, dlock.ErrLocked) || !strings.Contains(err.Error(), "only 2 of 5 nodes answered") {
 			t.Fatalf("with 2 of 5 nodes up: %v", err)
+		}
+	}
+}
+
+// TestWaitWithANodePaused: with one node of three paused (it takes
+// connections and requests but answers nothing), a waiting Lock returns
+// when its context ends, give or take a node timeout, and a waiter is
+// granted soon after the holder lets go. Before, a waiter subscribed the
+// nodes one after another, each with the Lock's whole context, and the
+// paused node's subscription held it for go-redis's dial timeout (5 s)
+// or longer; a refused attempt waited for the paused node's answer and
+// then for its release, and a Lock giving up waited for it to leave the
+// queue: a 500 ms Lock took 1.2 s, and the waiter was not granted within
+// 20 s.
+func TestWaitWithANodePaused(t *testing.T) {
+	srvs := testserver.RedisN(t, 3, nil)
+	const ttl = 2 * time.Second
+	holder, waiter := newClient(t, srvs, ttl), newClient(t, srvs, ttl)
+	name := "wait-paused"
+	// Both clients have reached every node before the pause.
+	for _, c := range []*dlock.Client{waiter, holder} {
+		l, err := c.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := holder.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[1].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srvs[1].Resume()
+		}
+	}()
+	const nodeTimeout = 300 * time.Millisecond // testNodeTimeout
+	for i := range 2 {
+		const wait = 500 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		start := time.Now()
+		_, err := waiter.NewMutex(name, nil).Lock(ctx)
+		took := time.Since(start)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock %d while held: %v, want the context's deadline", i, err)
+		}
+		if took > wait+nodeTimeout {
+			t.Errorf("Lock %d with a %v context returned after %v (node timeout %v)", i, wait, took, nodeTimeout)
+		}
+	}
+	type outcome struct {
+		l   *dlock.Lease
+		err error
+		at  time.Time
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		l, err := waiter.NewMutex(name, nil).Lock(ctxT(t, 20*time.Second))
+		got <- outcome{l, err, time.Now()}
+	}()
+	admin := redis.NewClient(&redis.Options{Addr: srvs[0].Addr()})
+	defer admin.Close()
+	channel := redisscript.KeysFor(DefaultKeyPrefix, name).Channel
+	testwait.Until(t, 5*time.Second, "the waiter subscribed", func() bool {
+		m, err := admin.PubSubNumSub(context.Background(), channel).Result()
+		return err == nil && m[channel] > 0
+	})
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	o := <-got
+	if o.err != nil {
+		t.Fatalf("the waiter, after the release: %v", o.err)
+	}
+	// A release can grant the lock to the queue entry of an earlier Lock
+	// that gave up while its entry on the paused node stayed; that
+	// grant is given back when its message reaches the driver, or lapses
+	// with its TTL.
+	if d := o.at.Sub(released); d > 2*ttl {
+		t.Errorf("the waiter was granted %v after the release (TTL %v)", d, ttl)
+	}
+	if err := o.l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[1].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+}
+
+// TestRefusalDoesNotWaitForAPausedNode: with one node of three paused, an
+// attempt refused by the other two returns at once, and a split attempt
+// (granted by one, refused by another) returns once the paused node's
+// timeout runs out, not a second node timeout later: the paused node's
+// release goes out in the background, and its grant, if it makes one, is
+// booked for Close. Before, the refusal waited for the paused node's
+// answer (a node timeout) and the split attempt for its release too.
+func TestRefusalDoesNotWaitForAPausedNode(t *testing.T) {
+	srvs := testserver.RedisN(t, 3, nil)
+	ctx := ctxT(t, 20*time.Second)
+	const nodeTimeout = time.Second
+	d, err := openTest(ctx, redlockURL(srvs, "node_timeout=1s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := dlock.New(d, &dlock.Options{TTL: 10 * time.Second})
+	defer cl.Close()
+	holder := newClient(t, srvs, 10*time.Second)
+	for _, name := range []string{"refused", "split"} {
+		l, err := cl.NewMutex(name, nil).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := holder.NewMutex("refused", nil).TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Another owner holds "split" on node 2 alone.
+	admin := redis.NewClient(&redis.Options{Addr: srvs[2].Addr()})
+	defer admin.Close()
+	if r, err := redisscript.Acquire(ctx, admin, redisscript.KeysFor(DefaultKeyPrefix, "split"), "other", time.Minute, 0); err != nil || !r.Granted {
+		t.Fatalf("other owner on node 2: %+v, %v", r, err)
+	}
+	if err := srvs[1].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srvs[1].Resume() }()
+	for _, c := range []struct {
+		name string
+		max  time.Duration
+	}{{"refused", nodeTimeout / 2}, {"split", nodeTimeout * 3 / 2}} {
+		start := time.Now()
+		_, err := cl.NewMutex(c.name, nil).TryLock(ctx)
+		took := time.Since(start)
+		if !errors.Is(err, dlock.ErrLocked) {
+			t.Fatalf("%s: TryLock = %v, want ErrLocked", c.name, err)
+		}
+		if took > c.max {
+			t.Errorf("%s: the refused attempt took %v with a node timeout of %v", c.name, took, nodeTimeout)
 		}
 	}
 }

@@ -173,20 +173,54 @@ func (g *grantState) tokens() []uint64 {
 }
 
 // subscribeGrants subscribes the driver's grant channel on every node
-// that is not yet, trying a node at most once a second (best effort: a node without it wakes the waiter
-// instead of granting, since its publish reaches nobody).
+// that is not yet, trying a node at most once a second (best effort: a node
+// without it wakes the waiter instead of granting, since its publish
+// reaches nobody). While fewer than a quorum of nodes are subscribed it
+// waits for the subscriptions (each within the node timeout, and once a
+// quorum listens the others get as long again); otherwise the missing
+// nodes are subscribed in the background, so that a node that does not
+// answer costs the waiter nothing.
 func (d *Driver) subscribeGrants(ctx context.Context) {
 	d.grantMu.Lock()
-	defer d.grantMu.Unlock()
+	hubs := make([]*redisscript.Hub, len(d.nodes))
+	have, try := 0, 0
 	for i, n := range d.nodes {
-		if d.grantSubs[i] || time.Since(d.grantTried[i]) < time.Second {
+		if d.grantSubs[i] {
+			have++
+			continue
+		}
+		if time.Since(d.grantTried[i]) < time.Second {
 			continue
 		}
 		d.grantTried[i] = time.Now()
-		if _, err := n.hub.Subscribe(ctx, d.grantCh, d.grantSig); err == nil {
-			d.grantSubs[i] = true
+		hubs[i] = n.hub
+		try++
+	}
+	if try == 0 {
+		d.grantMu.Unlock()
+		return
+	}
+	subscribe := func(ctx context.Context, want int) {
+		subs, _ := redisscript.SubscribeEach(ctx, hubs, d.timeoutFor(0), want, d.grantCh, "", d.grantSig)
+		for i, s := range subs {
+			if s != nil {
+				d.grantSubs[i] = true
+			}
 		}
 	}
+	if have < d.quorum {
+		defer d.grantMu.Unlock()
+		subscribe(ctx, d.quorum-have)
+		return
+	}
+	d.grantMu.Unlock()
+	d.gate.Add(1)
+	go func() {
+		defer d.gate.Done()
+		d.grantMu.Lock()
+		defer d.grantMu.Unlock()
+		subscribe(context.WithoutCancel(ctx), try)
+	}()
 }
 
 // grantMessage handles a grant message "token\nowner\nreleased

@@ -285,11 +285,7 @@ func (d *Driver) acquireKind(ctx context.Context, req driver.AcquireRequest) (dr
 		}
 		if !subscribed {
 			subscribed = true
-			for _, n := range d.nodes {
-				if s, err := n.hub.Subscribe(ctx, ch, sig); err == nil {
-					subs = append(subs, s)
-				}
-			}
+			subs, _ = d.subscribeEach(ctx, ch, sig)
 			if subs != nil {
 				continue // a release before the subscription is not missed
 			}

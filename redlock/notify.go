@@ -2,7 +2,7 @@ package redlock
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,22 +21,24 @@ import (
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	ch := redisscript.KeysFor(d.prefix, name).Channel
 	sig := make(chan struct{}, 1)
-	var subs []*redisscript.Sub
-	var firstErr error
-	for i, n := range d.nodes {
-		sub, err := n.hub.Subscribe(ctx, ch, sig)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("node %d: %w", i, err)
-			}
-			continue
-		}
-		subs = append(subs, sub)
-	}
-	if len(subs) == 0 {
-		return nil, ctxerr.Wrap(ctx, "redlock: subscribe", firstErr)
+	subs, err := d.subscribeEach(ctx, ch, sig)
+	if err != nil {
+		return nil, ctxerr.Wrap(ctx, "redlock: subscribe", err)
 	}
 	return redisscript.NewSubscription(sig, subs...), nil
+}
+
+// subscribeEach registers sig on channel on every node's hub at once (see
+// redisscript.SubscribeEach): each node gets the node timeout, and once a
+// quorum listens the others get as long again. It returns the
+// registrations made, or an error when no node could be subscribed.
+func (d *Driver) subscribeEach(ctx context.Context, channel string, sig chan struct{}) ([]*redisscript.Sub, error) {
+	hubs := make([]*redisscript.Hub, len(d.nodes))
+	for i, n := range d.nodes {
+		hubs[i] = n.hub
+	}
+	subs, err := redisscript.SubscribeEach(ctx, hubs, d.timeoutFor(0), d.quorum, channel, "", sig)
+	return slices.DeleteFunc(subs, func(s *redisscript.Sub) bool { return s == nil }), err
 }
 
 // dedupeWindow is how long a release message counts as a copy of one
@@ -167,20 +169,11 @@ func (d *Driver) listen(ctx context.Context, channel, owner string, w *waiter) (
 	}
 	ls.mu.Unlock()
 	l := &listener{channel: channel, sig: make(chan struct{}, 1), owners: map[string]*waiter{owner: w}, done: make(chan struct{})}
-	var firstErr error
-	for _, n := range d.nodes {
-		s, err := n.hub.Subscribe(ctx, channel, l.sig)
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		l.subs = append(l.subs, s)
+	subs, err := d.subscribeEach(ctx, channel, l.sig)
+	if err != nil {
+		return false, err
 	}
-	if len(l.subs) == 0 {
-		return false, firstErr
-	}
+	l.subs = subs
 	ls.mu.Lock()
 	if other := ls.m[channel]; other != nil || ls.closed {
 		// Another waiter subscribed the channel meanwhile (or Close began):

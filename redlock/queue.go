@@ -84,6 +84,13 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		}
 	}
 	for {
+		if err := ctx.Err(); err != nil {
+			// A wait can end on its timer as ctx ends: no attempt on an
+			// ended context (its node calls would fail with a write
+			// timeout, not ctx's error).
+			giveUp()
+			return driver.Grant{}, ctxerr.Wrap(ctx, "redlock: acquire", err)
+		}
 		sent := time.Now()
 		var st *stagger
 		if named != 0 {
@@ -215,21 +222,25 @@ func restWindow(took, timeout time.Duration) time.Duration {
 	return min(max(2*took, restFloor), timeout)
 }
 
-// leaveAll takes req's owner out of every node's queue, if it was queued (score
-// not zero), best effort.
+// leaveAll takes req's owner out of every node's queue, if it was queued
+// (score not zero), best effort. It returns once a quorum of nodes has
+// answered (the others finish in the background): the waiter is then
+// behind nobody's grant on a quorum, and a node that does not answer (it
+// is paused, or cut off) does not hold the giving-up Lock for its node
+// timeout.
 func (d *Driver) leaveAll(ctx context.Context, k redisscript.Keys, req driver.AcquireRequest, score int64) {
 	if score == 0 {
 		return
 	}
-	d.queueOp(ctx, d.timeoutFor(req.TTL), true, func(ctx context.Context, n *node) error {
+	d.queueOp(ctx, d.timeoutFor(req.TTL), d.quorum, func(ctx context.Context, n *node) error {
 		return leaveGranting(ctx, n.client, k, req.Owner)
 	})
 }
 
 // queueOp runs fn on every node, unless Close has begun, detached from
-// ctx's end, each bounded by timeout; if wait, it returns when all have
-// answered (Close waits for them either way).
-func (d *Driver) queueOp(ctx context.Context, timeout time.Duration, wait bool, fn func(context.Context, *node) error) {
+// ctx's end, each bounded by timeout; it returns when wait nodes have
+// answered (Close waits for them all either way).
+func (d *Driver) queueOp(ctx context.Context, timeout time.Duration, wait int, fn func(context.Context, *node) error) {
 	if !d.gate.Enter() {
 		return
 	}
@@ -237,9 +248,7 @@ func (d *Driver) queueOp(ctx context.Context, timeout time.Duration, wait bool, 
 	results := fanout(d, context.WithoutCancel(ctx), timeout, func(ctx context.Context, n *node) (struct{}, error) {
 		return struct{}{}, fn(ctx, n)
 	})
-	if wait {
-		for range d.nodes {
-			<-results
-		}
+	for range min(wait, len(d.nodes)) {
+		<-results
 	}
 }

@@ -10,18 +10,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Wrap returns err prefixed with what ("what: err"). When ctx is done and
 // err does not already wrap ctx.Err(), the result wraps both ctx.Err() and
 // err ("what: context deadline exceeded: err"), so that errors.Is finds the
-// context's error as well as every error err wraps. Wrap(ctx, what, nil) is
-// nil.
+// context's error as well as every error err wraps. A context whose
+// deadline has passed counts as done with context.DeadlineExceeded even
+// before its timer has fired: a client library that sets its socket
+// deadlines from ctx's (go-redis) fails the call at the deadline, and
+// ctx.Err() can still be nil a moment later. Wrap(ctx, what, nil) is nil.
 func Wrap(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%s: %w: %w", what, cerr, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)

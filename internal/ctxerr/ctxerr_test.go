@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -12,6 +13,15 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pastDeadline is a context whose deadline has passed while its Err is
+// still nil, as a real one's is until its timer fires.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+func (pastDeadline) Err() error                  { return nil }
+func (pastDeadline) Done() <-chan struct{}       { return nil }
+func (pastDeadline) Value(any) any               { return nil }
 
 func TestWrap(t *testing.T) {
 	ioTimeout := errors.New("i/o timeout")
@@ -28,6 +38,7 @@ func TestWrap(t *testing.T) {
 	}{
 		{"live context", live, ioTimeout, "redislock: renew: i/o timeout", []error{ioTimeout}, []error{context.Canceled}},
 		{"ended context", cancelled, ioTimeout, "redislock: renew: context canceled: i/o timeout", []error{ioTimeout, context.Canceled}, nil},
+		{"deadline passed, timer not yet fired", pastDeadline{}, ioTimeout, "redislock: renew: context deadline exceeded: i/o timeout", []error{ioTimeout, context.DeadlineExceeded}, nil},
 		{"already wraps it", cancelled, fmt.Errorf("dial: %w", context.Canceled), "redislock: renew: dial: context canceled", []error{context.Canceled}, nil},
 	} {
 		got := ctxerr.Wrap(c.ctx, "redislock: renew", c.err)

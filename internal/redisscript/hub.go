@@ -40,7 +40,16 @@ type Hub struct {
 	client redis.UniversalClient
 	filter func(channel, payload string) bool
 
-	opMu sync.Mutex // serialises SUBSCRIBE/UNSUBSCRIBE with the map updates
+	// op serialises SUBSCRIBE/UNSUBSCRIBE with the map updates: a token
+	// channel rather than a mutex, so that a caller can stop waiting for
+	// it when its context ends. A server that stops answering (paused,
+	// partitioned) can keep a go-redis pub/sub call, and so op, busy for
+	// the dial timeout; no caller waits for that past its context.
+	op chan struct{}
+	// bg counts the goroutines that finish a subscription after its
+	// caller stopped waiting, and the background unsubscriptions; Close
+	// waits for them.
+	bg   sync.WaitGroup
 	mu   sync.Mutex // guards the fields below
 	ps   *redis.PubSub
 	subs map[string][]*Sub // by channel, oldest first
@@ -74,8 +83,25 @@ type Sub struct {
 // waiter rather than one per node).
 func NewHub(client redis.UniversalClient, filter func(channel, payload string) bool) *Hub {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{client: client, filter: filter, subs: map[string][]*Sub{}, ctx: ctx, cancel: cancel}
+	return &Hub{client: client, filter: filter, subs: map[string][]*Sub{}, op: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 }
+
+// lockOp takes op, or gives up with ctx's error when ctx ends first.
+func (h *Hub) lockOp(ctx context.Context) error {
+	select {
+	case h.op <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case h.op <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *Hub) unlockOp() { <-h.op }
 
 var errHubClosed = errors.New("release notifications closed")
 
@@ -135,11 +161,13 @@ func (h *Hub) Subscribe(ctx context.Context, channel string, sig chan struct{}) 
 // SubscribeOwner is Subscribe for the queued waiter owner: release messages
 // that name owner wake it (and only it), besides the wake-ups of Subscribe.
 func (h *Hub) SubscribeOwner(ctx context.Context, channel, owner string, sig chan struct{}) (*Sub, error) {
-	h.opMu.Lock()
-	defer h.opMu.Unlock()
+	if err := h.lockOp(ctx); err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		h.unlockOp()
 		return nil, errHubClosed
 	}
 	if h.ps == nil {
@@ -155,20 +183,129 @@ func (h *Hub) SubscribeOwner(ctx context.Context, channel, owner string, sig cha
 	ps := h.ps
 	h.mu.Unlock()
 	if !first {
+		h.unlockOp()
 		return s, nil
 	}
-	if err := ps.Subscribe(ctx, channel); err != nil {
-		h.mu.Lock()
-		h.remove(s)
-		last := len(h.subs[channel]) == 0
-		h.mu.Unlock()
-		if last {
-			// go-redis remembers the channel even when the write failed.
-			_ = ps.Unsubscribe(context.WithoutCancel(ctx), channel)
+	// The SUBSCRIBE runs in a goroutine that holds op until it ends:
+	// go-redis can block it past ctx (its pub/sub mutex, held while the
+	// receive loop redials a server that does not answer, is not bound
+	// by ctx). The caller waits for it only while ctx lasts.
+	res := make(chan error, 1)
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		sctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(h.ctx, cancel)
+		err := ps.Subscribe(sctx, channel)
+		stop()
+		cancel()
+		if err != nil {
+			h.mu.Lock()
+			h.remove(s)
+			h.mu.Unlock()
+			// go-redis remembers the channel even when the write
+			// failed.
+			h.unsubscribeUnused(ps, channel)
 		}
-		return nil, err
+		h.unlockOp()
+		res <- err
+	}()
+	select {
+	case err := <-res:
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case <-ctx.Done():
+		// The subscription is finished (or undone) in the background.
+		s.Close(false)
+		return nil, ctx.Err()
 	}
-	return s, nil
+}
+
+// SubscribeEach registers one waiter on channel on each of hubs (one per
+// Redlock node), all at once, each hub's SUBSCRIBE bounded by timeout as
+// well as by ctx, and returns what it registered, indexed like hubs (nil
+// where a hub failed or was nil), or the first error when it registered
+// nothing. It returns once every hub has answered, or once want of them
+// have registered and the others have had as long again as that took (at
+// least 2 ms): a node that does not answer (paused, cut off) costs a
+// waiter at most timeout, and nothing once want nodes are listening. A
+// registration that completes after it returned is closed.
+func SubscribeEach(ctx context.Context, hubs []*Hub, timeout time.Duration, want int, channel, owner string, sig chan struct{}) ([]*Sub, error) {
+	type result struct {
+		i   int
+		s   *Sub
+		err error
+	}
+	var (
+		mu       sync.Mutex
+		returned bool
+	)
+	results := make(chan result, len(hubs))
+	pending := 0
+	for i, h := range hubs {
+		if h == nil {
+			continue
+		}
+		pending++
+		go func() {
+			hctx, cancel := context.WithTimeout(ctx, timeout)
+			s, err := h.SubscribeOwner(hctx, channel, owner, sig)
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if returned {
+				if s != nil {
+					s.Close(false)
+				}
+				return
+			}
+			results <- result{i, s, err}
+		}()
+	}
+	subs := make([]*Sub, len(hubs))
+	start := time.Now()
+	got, n := 0, 0
+	var firstErr error
+	var grace <-chan time.Time
+collect:
+	for got < pending {
+		select {
+		case r := <-results:
+			got++
+			if r.err != nil {
+				if firstErr == nil {
+					firstErr = r.err
+				}
+				continue
+			}
+			subs[r.i] = r.s
+			if n++; n >= want && grace == nil && got < pending {
+				t := time.NewTimer(max(time.Since(start), 2*time.Millisecond))
+				defer t.Stop()
+				grace = t.C
+			}
+		case <-grace:
+			break collect
+		}
+	}
+	mu.Lock()
+	returned = true
+	for len(results) > 0 {
+		if r := <-results; r.err == nil {
+			subs[r.i] = r.s
+			n++
+		}
+	}
+	mu.Unlock()
+	if n == 0 {
+		if firstErr == nil {
+			firstErr = errors.New("no node to subscribe")
+		}
+		return nil, firstErr
+	}
+	return subs, nil
 }
 
 // Close removes the waiter. If passOn is true the waiter had an unconsumed
@@ -176,8 +313,6 @@ func (h *Hub) SubscribeOwner(ctx context.Context, channel, owner string, sig cha
 // idempotent.
 func (s *Sub) Close(passOn bool) {
 	h := s.hub
-	h.opMu.Lock()
-	defer h.opMu.Unlock()
 	h.mu.Lock()
 	if s.gone {
 		h.mu.Unlock()
@@ -199,9 +334,40 @@ func (s *Sub) Close(passOn bool) {
 		}
 		last = false
 	}
-	h.mu.Unlock()
 	if last && !closed && ps != nil {
-		h.unsubscribe(ps, s.channel)
+		// Unsubscribed in the background, so that Close never waits for
+		// the server (see Hub.op).
+		h.bg.Add(1)
+		go func() {
+			defer h.bg.Done()
+			if h.lockOp(h.ctx) != nil {
+				return
+			}
+			defer h.unlockOp()
+			h.unsubscribeUnused(ps, s.channel)
+		}()
+	}
+	h.mu.Unlock()
+}
+
+// unsubscribeUnused unsubscribes those of channels that have no waiter
+// and are not lingering (a waiter may have come since the caller looked).
+// op must be held.
+func (h *Hub) unsubscribeUnused(ps *redis.PubSub, channels ...string) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	unused := channels[:0:0]
+	for _, ch := range channels {
+		if _, idle := h.idle[ch]; !idle && len(h.subs[ch]) == 0 {
+			unused = append(unused, ch)
+		}
+	}
+	h.mu.Unlock()
+	if len(unused) > 0 {
+		h.unsubscribe(ps, unused...)
 	}
 }
 
@@ -216,8 +382,10 @@ func (h *Hub) unsubscribe(ps *redis.PubSub, channels ...string) {
 // sweepIdle unsubscribes the channels that have had no waiter for the
 // linger, and arms itself again for the others.
 func (h *Hub) sweepIdle() {
-	h.opMu.Lock()
-	defer h.opMu.Unlock()
+	if h.lockOp(h.ctx) != nil {
+		return // closed
+	}
+	defer h.unlockOp()
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -373,11 +541,9 @@ func (h *Hub) receive(ps *redis.PubSub, done chan struct{}) {
 // Close stops the hub: it closes the pub/sub connection and waits for the
 // receive loop to exit. Waiters still registered get no more wake-ups.
 func (h *Hub) Close() error {
-	h.opMu.Lock()
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		h.opMu.Unlock()
 		return nil
 	}
 	h.closed = true
@@ -385,10 +551,16 @@ func (h *Hub) Close() error {
 		h.sweep.Stop()
 		h.sweep = nil
 	}
+	h.mu.Unlock()
+	// Cancelling h.ctx ends the pub/sub calls in flight and the waits for
+	// op; then nothing touches h.ps but the receive loop.
+	h.cancel()
+	h.op <- struct{}{}
+	h.mu.Lock()
 	ps, done := h.ps, h.done
 	h.mu.Unlock()
-	h.opMu.Unlock()
-	h.cancel()
+	<-h.op
+	h.bg.Wait()
 	if ps == nil {
 		return nil
 	}

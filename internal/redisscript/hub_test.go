@@ -1,9 +1,13 @@
 package redisscript
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock/dlock/internal/testserver"
 	"github.com/dlock/dlock/internal/testwait"
 )
 
@@ -70,5 +74,113 @@ func TestHubLinger(t *testing.T) {
 			t.Error("the hub still offers a channel it unsubscribed")
 		}
 		_ = h.Close()
+	}
+}
+
+// TestHubHonoursContextWhenServerHangs: with the server paused, the hub's
+// first SUBSCRIBE cannot finish (go-redis dials it, and holds its pub/sub
+// connection's lock meanwhile, for up to its dial timeout). A subscriber
+// still returns when its context ends; another subscriber, on another
+// channel, does not wait behind it past its own context; and a waiter
+// leaving does not wait for either. Once the server resumes, the hub
+// works. (Before, each waited for the one before it, and for go-redis's
+// dial: the quorum and Redlock waiters of TestRestartEmptyMidHold hung
+// for 5-15 s on a paused node with a 500 ms context.)
+func TestHubHonoursContextWhenServerHangs(t *testing.T) {
+	srv := testserver.Redis(t, nil)
+	opt, err := redis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt) // go-redis's own timeouts: dial 5 s, read 3 s
+	t.Cleanup(func() { _ = c.Close() })
+	h := NewHub(c, nil)
+	defer func() { _ = h.Close() }()
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srv.Resume()
+		}
+	}()
+
+	const aWait, bWait, slack = 2 * time.Second, 300 * time.Millisecond, 700 * time.Millisecond
+	type outcome struct {
+		err  error
+		took time.Duration
+	}
+	aDone := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), aWait)
+		defer cancel()
+		start := time.Now()
+		_, err := h.SubscribeOwner(ctx, "a", "", make(chan struct{}, 1))
+		aDone <- outcome{err, time.Since(start)}
+	}()
+	testwait.Until(t, aWait/2, "the first subscriber registered", func() bool { return h.Listening("a") })
+
+	j := h.Join("a", "j", make(chan struct{}, 1))
+	if j == nil {
+		t.Fatal("Join found no waiter on the channel being subscribed")
+	}
+	start := time.Now()
+	j.Close(false)
+	if took := time.Since(start); took > slack {
+		t.Errorf("a waiter's Close took %v while a SUBSCRIBE was in flight", took)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), bWait)
+	start = time.Now()
+	_, err = h.SubscribeOwner(ctx, "b", "", make(chan struct{}, 1))
+	took := time.Since(start)
+	cancel()
+	if err == nil {
+		t.Fatal("a SUBSCRIBE succeeded on a paused server")
+	}
+	if took > bWait+slack {
+		t.Errorf("a subscriber with a %v context returned after %v (%v)", bWait, took, err)
+	}
+	select {
+	case a := <-aDone:
+		if a.err == nil {
+			t.Error("the first SUBSCRIBE succeeded on a paused server")
+		}
+		if a.took > aWait+slack {
+			t.Errorf("the first subscriber, with a %v context, returned after %v (%v)", aWait, a.took, a.err)
+		}
+	case <-time.After(aWait + 5*time.Second):
+		t.Fatal("the first subscriber never returned")
+	}
+
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	ctx, cancel = context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	sig := make(chan struct{}, 1)
+	s, err := h.SubscribeOwner(ctx, "c", "w", sig)
+	if err != nil {
+		t.Fatalf("after the server resumed: %v", err)
+	}
+	defer s.Close(false)
+	testwait.Until(t, 10*time.Second, "the channel subscribed after the resume", func() bool {
+		m, err := c.PubSubNumSub(ctx, "c").Result()
+		return err == nil && m["c"] == 1
+	})
+	// Drain the subscription's own wake-ups, then a release naming the
+	// waiter must wake it.
+	for len(sig) > 0 {
+		<-sig
+	}
+	if err := c.Publish(ctx, "c", "1\nw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sig:
+	case <-ctx.Done():
+		t.Fatal("a release after the resume did not wake the waiter")
 	}
 }

@@ -145,18 +145,10 @@ func TestWaitWithANodePaused(t *testing.T) {
 	}()
 
 	for i := range 3 {
-		const wait = 500 * time.Millisecond
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		start := time.Now()
-		_, err := waiter.NewMutex(name, nil).Lock(ctx)
-		took := time.Since(start)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Lock %d while held: %v, want the context's deadline", i, err)
-		}
-		if took > wait+testNodeTimeout {
-			t.Errorf("Lock %d with a %v context returned after %v (node timeout %v)", i, wait, took, testNodeTimeout)
-		}
+		testwait.EndsWithDeadline(t, 500*time.Millisecond, testNodeTimeout, fmt.Sprintf("Lock %d while held", i), func(ctx context.Context) error {
+			_, err := waiter.NewMutex(name, nil).Lock(ctx)
+			return err
+		})
 	}
 
 	type outcome struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/ctxerr"
+	"github.com/dlock/dlock/internal/gather"
 )
 
 // Subscribe subscribes to releases of name on every node that is a
@@ -37,36 +38,22 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 	if len(which) == 0 {
 		return nil, ctxerr.Wrap(ctx, "quorum: subscribe", errors.New("no node notifies releases"))
 	}
-	start := time.Now()
 	results := fanout(d, ctx, d.timeoutFor(0), which, func(ctx context.Context, _ int, nd driver.Driver) (driver.Subscription, error) {
 		return nd.(driver.Notifier).Subscribe(ctx, name)
 	})
 	s := &sub{c: make(chan struct{}, 1), stop: make(chan struct{})}
 	var firstErr error
-	got := 0
-	var grace <-chan time.Time
-collect:
-	for got < len(which) {
-		select {
-		case r := <-results:
-			got++
-			if r.err != nil {
-				if firstErr == nil {
-					firstErr = r.err
-				}
-				continue
+	answers := gather.Quorum(results, len(which), d.quorum, func(r result[driver.Subscription]) bool { return r.err == nil })
+	for _, r := range answers {
+		if r.err != nil {
+			if firstErr == nil {
+				firstErr = r.err
 			}
-			s.subs = append(s.subs, r.v)
-			if len(s.subs) >= d.quorum && grace == nil && got < len(which) {
-				t := time.NewTimer(max(time.Since(start), 2*time.Millisecond))
-				defer t.Stop()
-				grace = t.C
-			}
-		case <-grace:
-			break collect
+			continue
 		}
+		s.subs = append(s.subs, r.v)
 	}
-	if late := len(which) - got; late > 0 {
+	if late := len(which) - len(answers); late > 0 {
 		d.gate.spawn(func() {
 			for range late {
 				if r := <-results; r.err == nil {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -403,18 +404,10 @@ func TestWaitWithANodePaused(t *testing.T) {
 	}()
 	const nodeTimeout = 300 * time.Millisecond // testNodeTimeout
 	for i := range 2 {
-		const wait = 500 * time.Millisecond
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		start := time.Now()
-		_, err := waiter.NewMutex(name, nil).Lock(ctx)
-		took := time.Since(start)
-		cancel()
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Lock %d while held: %v, want the context's deadline", i, err)
-		}
-		if took > wait+nodeTimeout {
-			t.Errorf("Lock %d with a %v context returned after %v (node timeout %v)", i, wait, took, nodeTimeout)
-		}
+		testwait.EndsWithDeadline(t, 500*time.Millisecond, nodeTimeout, fmt.Sprintf("Lock %d while held", i), func(ctx context.Context) error {
+			_, err := waiter.NewMutex(name, nil).Lock(ctx)
+			return err
+		})
 	}
 	type outcome struct {
 		l   *dlock.Lease

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/gather"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -265,30 +266,17 @@ func SubscribeEach(ctx context.Context, hubs []*Hub, timeout time.Duration, want
 		}()
 	}
 	subs := make([]*Sub, len(hubs))
-	start := time.Now()
-	got, n := 0, 0
+	n := 0
 	var firstErr error
-	var grace <-chan time.Time
-collect:
-	for got < pending {
-		select {
-		case r := <-results:
-			got++
-			if r.err != nil {
-				if firstErr == nil {
-					firstErr = r.err
-				}
-				continue
+	for _, r := range gather.Quorum(results, pending, want, func(r result) bool { return r.err == nil }) {
+		if r.err != nil {
+			if firstErr == nil {
+				firstErr = r.err
 			}
-			subs[r.i] = r.s
-			if n++; n >= want && grace == nil && got < pending {
-				t := time.NewTimer(max(time.Since(start), 2*time.Millisecond))
-				defer t.Stop()
-				grace = t.C
-			}
-		case <-grace:
-			break collect
+			continue
 		}
+		subs[r.i] = r.s
+		n++
 	}
 	mu.Lock()
 	returned = true

@@ -3,6 +3,8 @@
 package testwait
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -21,5 +23,24 @@ func Until(t testing.TB, within time.Duration, what string, cond func() bool) {
 			t.Fatalf("not within %v: %s", within, what)
 		}
 		time.Sleep(Interval)
+	}
+}
+
+// EndsWithDeadline calls f with a context that ends after wait, and fails t
+// (naming what) unless f returns an error wrapping
+// context.DeadlineExceeded within wait+slack: a call that must give up
+// when its context ends, and do so promptly.
+func EndsWithDeadline(t testing.TB, wait, slack time.Duration, what string, f func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	start := time.Now()
+	err := f(ctx)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("%s: %v, want the context's deadline", what, err)
+	}
+	if took > wait+slack {
+		t.Errorf("%s, with a %v context, returned after %v (slack %v)", what, wait, took, slack)
 	}
 }

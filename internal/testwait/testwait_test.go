@@ -1,6 +1,8 @@
 package testwait
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -29,5 +31,37 @@ func TestUntil(t *testing.T) {
 	}()
 	if !r.failed {
 		t.Fatal("Until did not fail on a condition that never held")
+	}
+}
+
+// errRecorder records Errorf.
+type errRecorder struct {
+	testing.TB
+	errs int
+}
+
+func (r *errRecorder) Helper()               {}
+func (r *errRecorder) Errorf(string, ...any) { r.errs++ }
+
+func TestEndsWithDeadline(t *testing.T) {
+	waitDone := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	r := &errRecorder{TB: t}
+	EndsWithDeadline(r, 10*time.Millisecond, time.Second, "waits for ctx", waitDone)
+	if r.errs != 0 {
+		t.Errorf("%d failures for a call that ended with its context", r.errs)
+	}
+	r = &errRecorder{TB: t}
+	EndsWithDeadline(r, 10*time.Millisecond, time.Second, "fails at once", func(context.Context) error { return errors.New("boom") })
+	if r.errs != 1 {
+		t.Errorf("%d failures for a call that returned another error, want 1", r.errs)
+	}
+	r = &errRecorder{TB: t}
+	EndsWithDeadline(r, 10*time.Millisecond, 10*time.Millisecond, "outlasts ctx", func(ctx context.Context) error {
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // a call that returns late: what is measured
+		return ctx.Err()
+	})
+	if r.errs != 1 {
+		t.Errorf("%d failures for a call that returned 40 ms past its slack, want 1", r.errs)
 	}
 }

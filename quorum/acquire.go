@@ -384,33 +384,22 @@ func nodeLease(req driver.AcquireRequest, g driver.Grant) driver.Lease {
 // or may have (its reply was lost), among the nodes that answered; the
 // others are left to undoLate, so that no release overtakes its acquire.
 func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, ans []answer) {
-	var which, lost []int
+	var which []int
 	for i, a := range ans {
-		switch {
-		case a.granted():
+		if a.maybeHeld() {
 			which = append(which, i)
-		case a.maybeHeld():
-			lost = append(lost, i)
 		}
 	}
-	release := func(ctx context.Context, i int, nd driver.Driver) (int, error) {
+	if len(which) == 0 {
+		return
+	}
+	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (int, error) {
 		l := nodeLease(req, driver.Grant{})
 		if a := ans[i]; a.granted() {
 			l = nodeLease(req, a.grant)
 		}
 		return nd.Release(ctx, l)
-	}
-	// A node whose reply to the acquire was lost may never answer the
-	// release either (it is paused, or cut off), and the release may even
-	// reach it before the acquire did: waiting for it would only hold the
-	// caller for the node timeout. It is released in the background.
-	if len(lost) > 0 {
-		_ = fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), lost, release)
-	}
-	if len(which) == 0 {
-		return
-	}
-	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(req.TTL), which, release)
+	})
 	for range which {
 		<-results
 	}

@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"sort"
-	"sync"
 	"time"
 
 	dlock "github.com/dlock/dlock"
@@ -396,68 +395,34 @@ func (d *Driver) writeFence(ctx context.Context, timeout time.Duration, ops *loc
 	return nil
 }
 
-// undo releases a failed acquire on every node that granted it or may have,
-// never before that node answered the acquire, so that no release
-// overtakes its own acquire. The releases publish nothing unless publish is
-// set (the attempt reached a quorum, so others may have seen it as a
-// holder): a failed attempt's partial grants are nobody's release to wait
-// for.
+// undo releases a failed acquire on every node that granted it or may have:
+// it first waits for the nodes still answering (bounded by the node
+// timeout), so that no release overtakes its own acquire. It returns every
+// node's result. The releases publish nothing unless publish is set (the
+// attempt reached a quorum, so others may have seen it as a holder): a
+// failed attempt's partial grants are nobody's release to wait for.
 //
-// It waits for the nodes still answering for as long again as the attempt
-// took (at least 2 ms), or for all of them when ops marks a waiting writer
-// (the marks go on the nodes that granted: see markUndone) or fewer than a
-// quorum answered (a refusal or a failure: every answer counts); it returns
-// the results it has then. It waits for the releases of the nodes that
-// granted. A node that has not answered by then, or whose reply was lost,
-// may not answer a release either (it is paused, or cut off): waiting would
-// hold the caller a node timeout or two for nothing. Such a node is
-// released in the background once it has answered, and the grant is booked
-// (sent at start), so that Close releases it on every node, as it does any
-// grant the driver made and nobody released; so is a grant whose release
-// fails (a node slower than the node timeout), whose outcome is unknown.
-// Otherwise a lock an acquire racing Close took and could not give back
-// outlived Close by its TTL.
+// A release that fails (a node slower than the node timeout) leaves the
+// grant on that node, of unknown outcome: the grant (sent at start) is
+// then booked, so that Close releases it on every node, as it does any
+// grant the driver made and nobody released; otherwise a lock an acquire
+// racing Close took and could not give back outlived Close by its TTL.
 func (d *Driver) undo(ctx context.Context, ops *lockOps, got []result[redisscript.AcquireResult], rest <-chan result[redisscript.AcquireResult], timeout time.Duration, start time.Time, publish bool) []result[redisscript.AcquireResult] {
-	answered := 0
-	for _, r := range got {
-		if r.err == nil {
-			answered++
-		}
+	for len(got) < len(d.nodes) {
+		got = append(got, <-rest)
 	}
-	if ops.hasMark() || answered < d.quorum {
-		// The caller needs every answer: to mark the nodes that granted,
-		// or to tell a refusal (a quorum answered) from a failure, and
-		// say how many nodes answered.
-		for len(got) < len(d.nodes) {
-			got = append(got, <-rest)
-		}
-	} else if len(got) < len(d.nodes) {
-		// The others get as long again as the attempt took so far (at
-		// least 2 ms): a node that is up answers within it, and is
-		// released before undo returns.
-		grace := time.NewTimer(max(time.Since(start), 2*time.Millisecond))
-	wait:
-		for len(got) < len(d.nodes) {
-			select {
-			case r := <-rest:
-				got = append(got, r)
-			case <-grace.C:
-				break wait
-			}
-		}
-		grace.Stop()
-	}
-	pending := len(d.nodes) - len(got)
-	var which, lost []int
+	var which []int
 	for _, r := range got {
-		switch {
-		case r.err != nil:
-			lost = append(lost, r.i)
-		case r.v.Granted:
+		if r.err != nil || r.v.Granted {
 			which = append(which, r.i)
 		}
 	}
-	release := func(rctx context.Context, i int) error {
+	if len(which) == 0 {
+		return got
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	errs := redisscript.OnEach(which, func(i int) error {
 		_, _, err := ops.release(rctx, d.nodes[i], publish)
 		if ops.isQueued() {
 			// The grant took the waiter out of this node's queue: its
@@ -466,39 +431,7 @@ func (d *Driver) undo(ctx context.Context, ops *lockOps, got []result[redisscrip
 			_ = ops.requeue(rctx, d.nodes[i])
 		}
 		return err
-	}
-	if len(lost) > 0 || pending > 0 {
-		d.book(ops, start)
-		d.gate.Add(1)
-		go func() {
-			defer d.gate.Done()
-			ctx := context.WithoutCancel(ctx)
-			var wg sync.WaitGroup
-			for _, i := range lost {
-				wg.Go(func() {
-					rctx, cancel := context.WithTimeout(ctx, timeout)
-					_ = release(rctx, i)
-					cancel()
-				})
-			}
-			for range pending {
-				if r := <-rest; r.err != nil || r.v.Granted {
-					wg.Go(func() {
-						rctx, cancel := context.WithTimeout(ctx, timeout)
-						_ = release(rctx, r.i)
-						cancel()
-					})
-				}
-			}
-			wg.Wait()
-		}()
-	}
-	if len(which) == 0 {
-		return got
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	errs := redisscript.OnEach(which, func(i int) error { return release(rctx, i) })
+	})
 	for _, err := range errs {
 		if err != nil {
 			d.book(ops, start)

@@ -176,10 +176,9 @@ func (g *grantState) tokens() []uint64 {
 // that is not yet, trying a node at most once a second (best effort: a node
 // without it wakes the waiter instead of granting, since its publish
 // reaches nobody). While fewer than a quorum of nodes are subscribed it
-// waits for the subscriptions (each within the node timeout, and once a
-// quorum listens the others get as long again); otherwise the missing
-// nodes are subscribed in the background, so that a node that does not
-// answer costs the waiter nothing.
+// waits for the subscriptions (all at once, each within the node
+// timeout); otherwise the missing nodes are subscribed in the background,
+// so that a node that does not answer costs the waiter nothing.
 func (d *Driver) subscribeGrants(ctx context.Context) {
 	d.grantMu.Lock()
 	hubs := make([]*redisscript.Hub, len(d.nodes))
@@ -210,7 +209,7 @@ func (d *Driver) subscribeGrants(ctx context.Context) {
 	}
 	if have < d.quorum {
 		defer d.grantMu.Unlock()
-		subscribe(ctx, d.quorum-have)
+		subscribe(ctx, try)
 		return
 	}
 	d.grantMu.Unlock()

@@ -29,15 +29,16 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 }
 
 // subscribeEach registers sig on channel on every node's hub at once (see
-// redisscript.SubscribeEach): each node gets the node timeout, and once a
-// quorum listens the others get as long again. It returns the
+// redisscript.SubscribeEach), each within the node timeout, and waits for
+// every node: a waiter needs a quorum of copies of a grant message naming
+// it, so a node that is merely slow must not be left out. It returns the
 // registrations made, or an error when no node could be subscribed.
 func (d *Driver) subscribeEach(ctx context.Context, channel string, sig chan struct{}) ([]*redisscript.Sub, error) {
 	hubs := make([]*redisscript.Hub, len(d.nodes))
 	for i, n := range d.nodes {
 		hubs[i] = n.hub
 	}
-	subs, err := redisscript.SubscribeEach(ctx, hubs, d.timeoutFor(0), d.quorum, channel, "", sig)
+	subs, err := redisscript.SubscribeEach(ctx, hubs, d.timeoutFor(0), len(hubs), channel, "", sig)
 	return slices.DeleteFunc(subs, func(s *redisscript.Sub) bool { return s == nil }), err
 }
 

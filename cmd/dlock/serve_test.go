@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -308,11 +309,16 @@ func TestServePageChromium(t *testing.T) {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
+	// text reads the text of sel's element in one evaluation in the page:
+	// the page rebuilds its rows on every update, and chromedp.Text, which
+	// finds the node first and reads it after, read "" from a row replaced
+	// in between (seen once in make test).
 	text := func(sel string) string {
 		t.Helper()
 		sctx, cancel := context.WithTimeout(bctx, 20*time.Second)
 		defer cancel()
-		s, err := chromedp.Run(sctx, chromedp.Text(chromedp.CSS(sel)))
+		js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.innerText : ""; })()`, sel)
+		s, err := chromedp.Run(sctx, chromedp.Evaluate[string](js))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}

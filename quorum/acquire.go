@@ -103,6 +103,9 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver
 		// ends): on a done ctx, send nothing.
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", err)
 	}
+	if err := d.late.await(ctx, req); err != nil {
+		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", err)
+	}
 	start := time.Now()
 	timeout := d.timeoutFor(req.TTL)
 	n := len(d.nodes)
@@ -407,11 +410,16 @@ func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, ans []answ
 
 // undoLate releases, in the background, one hold of a failed attempt on
 // each of the pending nodes that grants it or may have, once it answers.
+// A node whose answer is lost is released by owner alone (token 0): the
+// next attempt of the same owner waits for that (see lateUndos), or the
+// release could take away the grant that attempt gets there.
 func (d *Driver) undoLate(req driver.AcquireRequest, results <-chan result[driver.Grant], pending int) {
 	if pending == 0 {
 		return
 	}
+	done := d.late.begin(req)
 	d.gate.spawn(func() {
+		defer done()
 		for range pending {
 			r := <-results
 			if r.err != nil && definite(r.err) {
@@ -541,3 +549,65 @@ func (d *Driver) retryAfter(ans []answer, took time.Duration) time.Duration {
 
 // unknown stands for a refusing node's unknown free time.
 const unknown = time.Duration(math.MaxInt64)
+
+// lateUndos tracks undoLate's work in flight by name, kind and owner, so
+// that the owner's next attempt on that lock waits for it. A release by
+// owner alone, sent for a node whose answer to the failed attempt was
+// lost, would otherwise take away the grant the next attempt gets on that
+// node, and with it, silently, part of the new lease's majority. The wait
+// is bounded by two node timeouts (the answer, then the release).
+type lateUndos struct {
+	mu sync.Mutex
+	m  map[lateKey]*lateUndo
+}
+
+type lateKey struct {
+	name, owner string
+	kind        driver.Kind
+}
+
+type lateUndo struct {
+	n    int           // undoLate calls in flight
+	done chan struct{} // closed when n drops to 0
+}
+
+// begin records an undoLate for req and returns the function that ends it.
+func (u *lateUndos) begin(req driver.AcquireRequest) func() {
+	k := lateKey{req.Name, req.Owner, req.Kind}
+	u.mu.Lock()
+	if u.m == nil {
+		u.m = map[lateKey]*lateUndo{}
+	}
+	e := u.m[k]
+	if e == nil {
+		e = &lateUndo{done: make(chan struct{})}
+		u.m[k] = e
+	}
+	e.n++
+	u.mu.Unlock()
+	return func() {
+		u.mu.Lock()
+		if e.n--; e.n == 0 {
+			close(e.done)
+			delete(u.m, k)
+		}
+		u.mu.Unlock()
+	}
+}
+
+// await waits until no undoLate of req's name, kind and owner is in
+// flight, or ctx ends.
+func (u *lateUndos) await(ctx context.Context, req driver.AcquireRequest) error {
+	u.mu.Lock()
+	e := u.m[lateKey{req.Name, req.Owner, req.Kind}]
+	u.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

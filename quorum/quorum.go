@@ -120,6 +120,7 @@ type Driver struct {
 	gate  gate
 	done  chan struct{} // closed when Close begins: background work stops
 	recs  records       // live grants' quorum tokens, for re-entry
+	late  lateUndos     // undoLate's work in flight, by name, kind and owner
 	close sync.Once
 	cerr  error
 }

@@ -489,3 +489,84 @@ func TestCancelledAcquireLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// lostReplyNode is a node whose first TryAcquire, once the node has
+// decided, answers only when the test closes answer, and then as a lost
+// reply; its Releases wait until the test closes release.
+type lostReplyNode struct {
+	*memlock.Driver
+	answer, release    chan struct{}
+	acquires, releases atomic.Int32
+}
+
+func (n *lostReplyNode) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if n.acquires.Add(1) > 1 {
+		return n.Driver.TryAcquire(ctx, req)
+	}
+	_, _ = n.Driver.TryAcquire(ctx, req)
+	<-n.answer
+	return driver.Grant{}, errors.New("connection reset by peer")
+}
+
+func (n *lostReplyNode) Release(ctx context.Context, l driver.Lease) (int, error) {
+	<-n.release
+	defer n.releases.Add(1)
+	return n.Driver.Release(ctx, l)
+}
+
+// TestLateUndoDoesNotTakeTheNextGrant: a refused attempt whose reply from
+// one node is lost releases the owner there in the background once the
+// node answers, by owner alone (the token is unknown). The owner's next
+// attempt waits for that release: sent after it, the release took away the
+// grant the next attempt had just got on that node, and with it, unseen,
+// one node of the new lease's majority.
+func TestLateUndoDoesNotTakeTheNextGrant(t *testing.T) {
+	bs, as := memNodes(t, 3)
+	qa := newMemQuorum(t, as)
+	defer qa.Close()
+	ln := &lostReplyNode{Driver: bs[2].NewDriver(), answer: make(chan struct{}), release: make(chan struct{})}
+	qb, err := quorum.New([]driver.Driver{bs[0].NewDriver(), bs[1].NewDriver(), ln}, &quorum.Options{NodeTimeout: testNodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qb.Close()
+	ctx := context.Background()
+	name := fmt.Sprintf("late-undo-%d", memSeq.Add(1))
+	const ttl = 10 * time.Second
+	gx, err := qa.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "x", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqB := driver.AcquireRequest{Name: name, Owner: "b", TTL: ttl}
+	// Refused by nodes 0 and 1 while node 2 has not answered.
+	if _, err := qb.TryAcquire(ctx, reqB); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("b's first attempt: %v, want ErrLocked", err)
+	}
+	if _, err := qa.Release(ctx, driver.Lease{Name: name, Owner: "x", Token: gx.Token, Handle: gx.Handle, TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	close(ln.answer) // node 2's refusal of b comes back as a lost reply
+	// b's next attempt. Had it not waited for the late undo, it would be
+	// granted on every node at once, before that undo's release to node 2.
+	ctx2, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	g, err := qb.TryAcquire(ctx2, reqB)
+	cancel()
+	close(ln.release)
+	testwait.Until(t, 5*time.Second, "the late undo's release on node 2", func() bool { return ln.releases.Load() >= 1 })
+	if err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("b's second attempt: %v, want a grant or, waiting for the late undo, the context's deadline", err)
+		}
+		if g, err = qb.TryAcquire(ctx, reqB); err != nil {
+			t.Fatalf("b's attempt after the late undo: %v", err)
+		}
+	}
+	for i, b := range bs {
+		if owner, _ := b.Holder(name); owner != "b" {
+			t.Errorf("node %d is held by %q, not b, after b's grant: the late undo of b's refused attempt took the grant away", i, owner)
+		}
+	}
+	if _, err := qb.Release(ctx, driver.Lease{Name: name, Owner: "b", Token: g.Token, Handle: g.Handle, TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -199,8 +199,8 @@ func (d *Driver) subscribeGrants(ctx context.Context) {
 		d.grantMu.Unlock()
 		return
 	}
-	subscribe := func(ctx context.Context, want int) {
-		subs, _ := redisscript.SubscribeEach(ctx, hubs, d.timeoutFor(0), want, d.grantCh, "", d.grantSig)
+	// mark records the subscriptions made. grantMu must be held.
+	mark := func(subs []*redisscript.Sub) {
 		for i, s := range subs {
 			if s != nil {
 				d.grantSubs[i] = true
@@ -209,16 +209,21 @@ func (d *Driver) subscribeGrants(ctx context.Context) {
 	}
 	if have < d.quorum {
 		defer d.grantMu.Unlock()
-		subscribe(ctx, try)
+		subs, _ := redisscript.SubscribeEach(ctx, hubs, d.timeoutFor(0), try, d.grantCh, "", d.grantSig)
+		mark(subs)
 		return
 	}
 	d.grantMu.Unlock()
+	// Without grantMu held meanwhile, so that other waiters do not queue
+	// behind a node that does not answer; grantTried keeps them from
+	// trying the same nodes for a second.
 	d.gate.Add(1)
 	go func() {
 		defer d.gate.Done()
+		subs, _ := redisscript.SubscribeEach(context.WithoutCancel(ctx), hubs, d.timeoutFor(0), try, d.grantCh, "", d.grantSig)
 		d.grantMu.Lock()
-		defer d.grantMu.Unlock()
-		subscribe(context.WithoutCancel(ctx), try)
+		mark(subs)
+		d.grantMu.Unlock()
 	}()
 }
 

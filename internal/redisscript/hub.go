@@ -3,6 +3,7 @@ package redisscript
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -227,8 +228,8 @@ func (h *Hub) SubscribeOwner(ctx context.Context, channel, owner string, sig cha
 // SubscribeEach registers one waiter on channel on each of hubs (one per
 // Redlock node), all at once, each hub's SUBSCRIBE bounded by timeout as
 // well as by ctx, and returns what it registered, indexed like hubs (nil
-// where a hub failed or was nil), or the first error when it registered
-// nothing. It returns once every hub has answered, or once want of them
+// where a hub failed or was nil), or the first error (naming its hub's
+// index as "node i") when it registered nothing. It returns once every hub has answered, or once want of them
 // have registered and the others have had as long again as that took (at
 // least 2 ms): a node that does not answer (paused, cut off) costs a
 // waiter at most timeout, and nothing once want nodes are listening. A
@@ -271,7 +272,7 @@ func SubscribeEach(ctx context.Context, hubs []*Hub, timeout time.Duration, want
 	for _, r := range gather.Quorum(results, pending, want, func(r result) bool { return r.err == nil }) {
 		if r.err != nil {
 			if firstErr == nil {
-				firstErr = r.err
+				firstErr = fmt.Errorf("node %d: %w", r.i, r.err)
 			}
 			continue
 		}

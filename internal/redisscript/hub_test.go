@@ -170,17 +170,7 @@ func TestHubHonoursContextWhenServerHangs(t *testing.T) {
 		m, err := c.PubSubNumSub(ctx, "c").Result()
 		return err == nil && m["c"] == 1
 	})
-	// Drain the subscription's own wake-ups, then a release naming the
-	// waiter must wake it.
-	for len(sig) > 0 {
-		<-sig
-	}
-	if err := c.Publish(ctx, "c", "1\nw").Err(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-sig:
-	case <-ctx.Done():
-		t.Fatal("a release after the resume did not wake the waiter")
-	}
+	// (That a release then wakes the waiter is TestHubLinger's and the
+	// drivers' suites' to check: here a wake-up could not be told from the
+	// one the subscription's own confirmation sends.)
 }

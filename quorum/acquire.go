@@ -32,6 +32,12 @@ type handle struct {
 	// expires is when the lease lapses unless renewed: the loss watch
 	// stops then too.
 	expires time.Time
+	// latePending is set while lateAnswers still waits for nodes; lateEnd,
+	// when the lease is released meanwhile, ends the lateUndos entry that
+	// makes the owner's next attempt wait for them (a late failure is
+	// released by owner alone).
+	latePending bool
+	lateEnd     func()
 }
 
 type nodePart struct {
@@ -339,12 +345,27 @@ func (d *Driver) raise(ctx context.Context, req driver.AcquireRequest, token uin
 // had not answered when the grant was decided: a late grant joins the lease,
 // or is released at once if the lease was released meanwhile (as is a late
 // failure, whose grant may exist), and a node that did not grant at the
-// token has its counter raised to it.
+// token has its counter raised to it. A late failure's release goes by
+// owner alone: when the lease is released before every node answered, the
+// owner's next attempt waits for this work (see lateUndos and release).
 func (d *Driver) lateAnswers(req driver.AcquireRequest, h *handle, results <-chan result[driver.Grant], pending int, token uint64, timeout time.Duration) {
 	if pending == 0 {
 		return
 	}
+	h.mu.Lock()
+	h.latePending = true
+	h.mu.Unlock()
 	d.gate.spawn(func() {
+		defer func() {
+			h.mu.Lock()
+			h.latePending = false
+			end := h.lateEnd
+			h.lateEnd = nil
+			h.mu.Unlock()
+			if end != nil {
+				end()
+			}
+		}()
 		ctx := context.Background()
 		for range pending {
 			r := <-results
@@ -417,7 +438,7 @@ func (d *Driver) undoLate(req driver.AcquireRequest, results <-chan result[drive
 	if pending == 0 {
 		return
 	}
-	done := d.late.begin(req)
+	done := d.late.begin(keyOf(req))
 	d.gate.spawn(func() {
 		defer done()
 		for range pending {
@@ -550,12 +571,14 @@ func (d *Driver) retryAfter(ans []answer, took time.Duration) time.Duration {
 // unknown stands for a refusing node's unknown free time.
 const unknown = time.Duration(math.MaxInt64)
 
-// lateUndos tracks undoLate's work in flight by name, kind and owner, so
-// that the owner's next attempt on that lock waits for it. A release by
-// owner alone, sent for a node whose answer to the failed attempt was
-// lost, would otherwise take away the grant the next attempt gets on that
-// node, and with it, silently, part of the new lease's majority. The wait
-// is bounded by two node timeouts (the answer, then the release).
+// lateUndos tracks, by name, kind and owner, the releases by owner alone
+// (token 0) that may still reach a node: undoLate's, a released lease's
+// late answers (lateAnswers) and a Release's that outlive the call
+// (release), so that the owner's next attempt on that lock waits for them.
+// Such a release, sent for a node whose answer was lost, would otherwise
+// take away the grant the next attempt gets on that node, and with it,
+// silently, part of the new lease's majority. The wait is bounded by two
+// node timeouts (the answer, then the release).
 type lateUndos struct {
 	mu sync.Mutex
 	m  map[lateKey]*lateUndo
@@ -571,9 +594,11 @@ type lateUndo struct {
 	done chan struct{} // closed when n drops to 0
 }
 
-// begin records an undoLate for req and returns the function that ends it.
-func (u *lateUndos) begin(req driver.AcquireRequest) func() {
-	k := lateKey{req.Name, req.Owner, req.Kind}
+func keyOf(req driver.AcquireRequest) lateKey { return lateKey{req.Name, req.Owner, req.Kind} }
+
+// begin records work in flight for key k and returns the function that
+// ends it.
+func (u *lateUndos) begin(k lateKey) func() {
 	u.mu.Lock()
 	if u.m == nil {
 		u.m = map[lateKey]*lateUndo{}
@@ -599,7 +624,7 @@ func (u *lateUndos) begin(req driver.AcquireRequest) func() {
 // flight, or ctx ends.
 func (u *lateUndos) await(ctx context.Context, req driver.AcquireRequest) error {
 	u.mu.Lock()
-	e := u.m[lateKey{req.Name, req.Owner, req.Kind}]
+	e := u.m[keyOf(req)]
 	u.mu.Unlock()
 	if e == nil {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -50,6 +51,9 @@ func (d *Driver) release(ctx context.Context, l driver.Lease, h *handle) (int, e
 		// a release sent now could overtake the acquire there.
 		h.mu.Lock()
 		h.released = true
+		if h.latePending && h.lateEnd == nil {
+			h.lateEnd = d.late.begin(lateKey{l.Name, l.Owner, l.Kind})
+		}
 		for i, p := range h.nodes {
 			switch {
 			case p.held:
@@ -72,8 +76,31 @@ func (d *Driver) release(ctx context.Context, l driver.Lease, h *handle) (int, e
 		}
 	}
 	// Bounded by the node timeout, not by ctx: the releases still running
-	// when the outcome is known (or ctx ends) run to their end.
+	// when the outcome is known (or ctx ends) run to their end. Those by
+	// owner alone (token 0: a node whose acquire reply was lost) are
+	// tracked until they end, so that the owner's next attempt does not
+	// have its grant on that node taken away by them (see lateUndos).
+	byOwner := 0
+	for _, i := range which {
+		if leases[i].Token == 0 {
+			byOwner++
+		}
+	}
+	var ownerDone func()
+	if byOwner > 0 {
+		end := d.late.begin(lateKey{l.Name, l.Owner, l.Kind})
+		var left atomic.Int32
+		left.Store(int32(byOwner))
+		ownerDone = func() {
+			if left.Add(-1) == 0 {
+				end()
+			}
+		}
+	}
 	results := fanout(d, context.WithoutCancel(ctx), d.timeoutFor(l.TTL), which, func(ctx context.Context, i int, nd driver.Driver) (int, error) {
+		if leases[i].Token == 0 {
+			defer ownerDone()
+		}
 		return nd.Release(ctx, *leases[i])
 	})
 	remaining, held := 0, 0

@@ -570,3 +570,73 @@ func TestLateUndoDoesNotTakeTheNextGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleasedLeaseLateReleaseDoesNotTakeTheNextGrant: a lease granted by
+// nodes 0 and 1 while node 2, held by x, refused it in a reply that was
+// lost. The lease's Release goes to node 2 by owner alone (the token is
+// unknown), and outlives the call: sent from Release itself when the lost
+// reply came before it (early), or from lateAnswers once it comes after
+// it. The owner's next attempt waits for that release: sent after the
+// attempt, it took away the grant the attempt got on node 2.
+func TestReleasedLeaseLateReleaseDoesNotTakeTheNextGrant(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		t.Run(fmt.Sprintf("reply-before-release=%v", early), func(t *testing.T) {
+			bs, _ := memNodes(t, 3)
+			ln := &lostReplyNode{Driver: bs[2].NewDriver(), answer: make(chan struct{}), release: make(chan struct{})}
+			qb, err := quorum.New([]driver.Driver{bs[0].NewDriver(), bs[1].NewDriver(), ln}, &quorum.Options{NodeTimeout: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer qb.Close()
+			ctx := context.Background()
+			name := fmt.Sprintf("late-release-%d", memSeq.Add(1))
+			const ttl = 10 * time.Second
+			x := bs[2].NewDriver()
+			defer x.Close()
+			gx, err := x.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "x", TTL: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if early {
+				close(ln.answer)
+			}
+			reqB := driver.AcquireRequest{Name: name, Owner: "b", TTL: ttl}
+			g1, err := qb.TryAcquire(ctx, reqB)
+			if err != nil {
+				t.Fatalf("b's first attempt: %v", err)
+			}
+			if _, err := qb.Release(ctx, driver.Lease{Name: name, Owner: "b", Token: g1.Token, Handle: g1.Handle, TTL: ttl}); err != nil {
+				t.Fatalf("b's release: %v", err)
+			}
+			if _, err := x.Release(ctx, driver.Lease{Name: name, Owner: "x", Token: gx.Token, Handle: gx.Handle, TTL: ttl}); err != nil {
+				t.Fatal(err)
+			}
+			if !early {
+				close(ln.answer)
+			}
+			// b's next attempt. Had it not waited for the release to node 2,
+			// it would be granted on every node, before that release.
+			ctx2, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			g, err := qb.TryAcquire(ctx2, reqB)
+			cancel()
+			close(ln.release)
+			testwait.Until(t, 5*time.Second, "the release on node 2", func() bool { return ln.releases.Load() >= 1 })
+			if err != nil {
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("b's second attempt: %v, want a grant or, waiting for the release on node 2, the context's deadline", err)
+				}
+				if g, err = qb.TryAcquire(ctx, reqB); err != nil {
+					t.Fatalf("b's attempt after the release on node 2: %v", err)
+				}
+			}
+			for i, b := range bs {
+				if owner, _ := b.Holder(name); owner != "b" {
+					t.Errorf("node %d is held by %q, not b, after b's second grant: the first lease's release by owner took it away", i, owner)
+				}
+			}
+			if _, err := qb.Release(ctx, driver.Lease{Name: name, Owner: "b", Token: g.Token, Handle: g.Handle, TTL: ttl}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

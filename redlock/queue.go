@@ -96,7 +96,9 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 		if named != 0 {
 			st = &stagger{first: named, w: w}
 		}
+		d.attemptsBegun.Add(1)
 		g, err := d.tryAcquire(ctx, req, score, st, gs)
+		d.attemptsEnded.Add(1)
 		took := time.Since(sent) // at least a round trip to every node it waited for
 		if err == nil {
 			if g.Sent.IsZero() {

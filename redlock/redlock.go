@@ -183,6 +183,9 @@ type Driver struct {
 	// grantsTaken counts the waiting Locks that took the lock on grant
 	// messages (for tests).
 	grantsTaken atomic.Int64
+	// attemptsBegun and attemptsEnded count the attempts of waiting Locks
+	// (for tests: whether one was in flight).
+	attemptsBegun, attemptsEnded atomic.Int64
 	// renewWait, if not zero, replaces queueWait/3 as the longest a
 	// waiter waits between attempts (for tests: a long one leaves only the
 	// mechanism under test to end a wait).

@@ -37,6 +37,12 @@ var admissions = []admission{
 		why:      "Redlock's safety assumes node clocks advance at the client's rate; a jump breaks exclusion and token order",
 	},
 	{
+		backends: []string{"quorum"},
+		fault:    FaultClockJump,
+		classes:  []string{ClassValidityOverlap, ClassUnsafeWrite},
+		why:      "a quorum's leases expire by each node's clock, assumed to advance at the client's rate: a forward jump frees a node of a live lease, which with a node the holder did not get makes a second majority (tokens still increase: every majority shares a node that had the token)",
+	},
+	{
 		backends: []string{"redis-sentinel/async"},
 		fault:    FaultFailoverMaster,
 		classes:  []string{ClassValidityOverlap, ClassUnsafeWrite, ClassTokenOrder, ClassDuplicateToken},

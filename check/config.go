@@ -17,8 +17,8 @@ type Config struct {
 	URL string
 	// Spawn names a backend the checker starts itself, on loopback, from
 	// the programs internal/testserver knows: one of Kinds ("redis",
-	// "redlock", "etcd", "zk", "postgres", "mysql", "sqlite",
-	// "redis-sentinel"), optionally with a mode after a slash for the SQL
+	// "redlock", "quorum" (3 Redis nodes), "etcd", "zk", "postgres",
+	// "mysql", "sqlite", "redis-sentinel"), optionally with a mode after a slash for the SQL
 	// backends ("postgres/advisory", "mysql/getlock") and for
 	// redis-sentinel ("redis-sentinel/wait", the default: min_replicas=1;
 	// "redis-sentinel/async": no WAIT). Server-side faults need it.
@@ -67,7 +67,7 @@ func (e badConfig) Error() string   { return e.err.Error() }
 func (e badConfig) Unwrap() []error { return []error{ErrBadConfig, e.err} }
 
 // Kinds lists the backends Spawn can start.
-var Kinds = []string{"sqlite", "redis", "redlock", "etcd", "zk", "postgres", "mysql", "redis-sentinel"}
+var Kinds = []string{"sqlite", "redis", "redlock", "quorum", "etcd", "zk", "postgres", "mysql", "redis-sentinel"}
 
 // Faults lists every fault name, FaultNone first.
 var Faults = []string{FaultNone, FaultPauseHolder, FaultKillHolder, FaultPartition, FaultLatency,
@@ -113,11 +113,11 @@ func Applies(backend, fault string, spawned bool) error {
 	case FaultRestartServer, FaultPauseServer:
 		ok, why = network, "it has no server"
 	case FaultRestartWiped:
-		ok, why = kind == "redis" || kind == "redlock", "only Redis runs without persistence"
+		ok, why = kind == "redis" || kind == "redlock" || kind == "quorum", "only Redis runs without persistence"
 	case FaultKillLeader:
 		ok, why = kind == "etcd" || kind == "zk", "only etcd and ZooKeeper have a leader (the checker starts 3 members)"
 	case FaultClockJump:
-		ok, why = kind == "redis" || kind == "redlock" || kind == "postgres" || kind == "mysql", "its server cannot run under libfaketime here"
+		ok, why = kind == "redis" || kind == "redlock" || kind == "quorum" || kind == "postgres" || kind == "mysql", "its server cannot run under libfaketime here"
 	case FaultFailoverMaster:
 		ok, why = kind == "redis-sentinel", "only redis-sentinel has a master that Sentinel replaces"
 	case FaultKillSession:

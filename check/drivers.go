@@ -6,6 +6,7 @@ import (
 	_ "github.com/dlock/dlock/memlock"
 	_ "github.com/dlock/dlock/mysqllock"
 	_ "github.com/dlock/dlock/pglock"
+	_ "github.com/dlock/dlock/quorum"
 	_ "github.com/dlock/dlock/redislock"
 	_ "github.com/dlock/dlock/redlock"
 	_ "github.com/dlock/dlock/sqlitelock"

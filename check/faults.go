@@ -174,7 +174,7 @@ func (r *runner) serverFault(ctx context.Context, f string) {
 	switch f {
 	case FaultRestartServer, FaultRestartWiped, FaultPauseServer, FaultKillLeader:
 		i, m, err := s.member()
-		if f != FaultKillLeader && len(s.members) > 1 && s.kind == "redlock" {
+		if f != FaultKillLeader && len(s.members) > 1 && (s.kind == "redlock" || s.kind == "quorum") {
 			i = rand.IntN(len(s.members))
 			m = s.members[i]
 		}
@@ -198,9 +198,10 @@ func (r *runner) serverFault(ctx context.Context, f string) {
 			}
 		case FaultRestartWiped:
 			if ferr = m.Kill(); ferr == nil {
-				if s.kind == "redlock" {
-					// Redlock's documented delayed restart: a node that
-					// lost its data stays out for longer than a TTL.
+				if s.kind == "redlock" || s.kind == "quorum" {
+					// The documented delayed restart (Redlock's, and
+					// quorum's on Redis nodes): a node that lost its data
+					// stays out for longer than a TTL.
 					pause(context.Background(), ttl+r.cfg.LockDelay+200*time.Millisecond)
 				}
 				ferr = m.Restart(true)

@@ -44,6 +44,7 @@ var matrix = []matrixBackend{
 	{backend: "redis-sentinel/wait", cells: cells(FaultFailoverMaster)},
 	{backend: "redis-sentinel/async", cells: []matrixCell{{fault: FaultFailoverMaster, mustAdmit: true}}},
 	{backend: "redlock", cells: cells(append(clientSide, FaultRestartServer, FaultRestartWiped, FaultPauseServer, FaultClockJump)...)},
+	{backend: "quorum", cells: cells(append(clientSide, FaultRestartServer, FaultRestartWiped, FaultPauseServer, FaultClockJump)...)},
 	{backend: "etcd", ttl: 2 * time.Second, cells: cells(append(clientSide, FaultRestartServer, FaultPauseServer)...)},
 	{backend: "etcd", name: "etcd-3", ttl: 2 * time.Second, cells: cells(FaultKillLeader)},
 	{backend: "zk", ttl: 2 * time.Second, cells: cells(append(clientSide, FaultRestartServer, FaultPauseServer)...)},

@@ -233,26 +233,54 @@ func (r *runner) writesLocked() int {
 	return n
 }
 
-// startProxies puts one proxy in front of each server address for worker 0.
+// startProxies puts one proxy in front of each server address for worker 0:
+// the URL's hosts, or for a quorum: URL those of each node= URL.
 func (r *runner) startProxies(u *url.URL) error {
-	hosts := strings.Split(u.Host, ",")
+	pu := *u
+	if u.Scheme == "quorum" {
+		q := u.Query()
+		nodes := q["node"]
+		for i, raw := range nodes {
+			nu, err := url.Parse(raw)
+			if err != nil {
+				r.closeProxies()
+				return badConfig{fmt.Errorf("check: node %d of the quorum URL does not parse", i+1)}
+			}
+			if nu.Host, err = r.proxyHosts(nu.Host); err != nil {
+				return err
+			}
+			nodes[i] = nu.String()
+		}
+		pu.RawQuery = q.Encode()
+	} else {
+		var err error
+		if pu.Host, err = r.proxyHosts(u.Host); err != nil {
+			return err
+		}
+	}
+	r.proxyURL = pu.String()
+	return nil
+}
+
+// proxyHosts starts a proxy for each address of hosts (host:port, comma
+// separated) and returns the proxies' addresses in their place. On an
+// error it closes every proxy started so far.
+func (r *runner) proxyHosts(hosts string) (string, error) {
 	var addrs []string
-	for _, h := range hosts {
+	for _, h := range strings.Split(hosts, ",") {
 		if !strings.Contains(h, ":") {
-			return badConfig{fmt.Errorf("check: partition and latency need an explicit port on every host of the URL (got %q)", h)}
+			r.closeProxies()
+			return "", badConfig{fmt.Errorf("check: partition and latency need an explicit port on every host of the URL (got %q)", h)}
 		}
 		p, err := proxy.Start(h)
 		if err != nil {
 			r.closeProxies()
-			return fmt.Errorf("check: proxy: %w", err)
+			return "", fmt.Errorf("check: proxy: %w", err)
 		}
 		r.proxies = append(r.proxies, p)
 		addrs = append(addrs, p.Addr())
 	}
-	pu := *u
-	pu.Host = strings.Join(addrs, ",")
-	r.proxyURL = pu.String()
-	return nil
+	return strings.Join(addrs, ","), nil
 }
 
 func (r *runner) closeProxies() {

@@ -3,6 +3,7 @@ package check
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,7 @@ type Servers struct {
 
 // StartServers starts the servers of backend (a Spawn value:
 // "redis", "postgres/advisory", …) ready for the given faults: 3 members for
-// kill-leader, 3 nodes for redlock, persistence on Redis, libfaketime for
+// kill-leader, 3 nodes for redlock and quorum, persistence on Redis, libfaketime for
 // clock-jump. ttl is the lease TTL the runs will use (etcd's session TTL and
 // ZooKeeper's session timeout are set to it).
 func StartServers(backend string, faults []string, ttl time.Duration) (*Servers, error) {
@@ -51,8 +52,8 @@ func StartServers(backend string, faults []string, ttl time.Duration) (*Servers,
 			s.members = []*testserver.Server{m}
 			s.url = m.URL()
 		}
-	case "redlock":
-		var hosts []string
+	case "redlock", "quorum":
+		var hosts, nodes []string
 		for range 3 {
 			var m *testserver.Server
 			m, err = testserver.StartRedis(&testserver.RedisOptions{AppendOnly: true, Faketime: s.faketime})
@@ -61,8 +62,12 @@ func StartServers(backend string, faults []string, ttl time.Duration) (*Servers,
 			}
 			s.members = append(s.members, m)
 			hosts = append(hosts, m.Addr())
+			nodes = append(nodes, "node="+url.QueryEscape("redis://"+m.Addr()+"/0"))
 		}
 		s.url = "redlock://" + strings.Join(hosts, ",") + "/0"
+		if kind == "quorum" {
+			s.url = "quorum:?" + strings.Join(nodes, "&")
+		}
 	case "etcd", "zk":
 		n := 1
 		if slices.Contains(c.Faults, FaultKillLeader) {
@@ -130,8 +135,8 @@ func (s *Servers) Stop() {
 	}
 }
 
-// member returns a server to hit: the leader of a cluster (or of redlock,
-// the first node), else the only server.
+// member returns a server to hit: the leader of a cluster (or of redlock
+// and quorum, the first node), else the only server.
 func (s *Servers) member() (int, *testserver.Server, error) {
 	if len(s.members) == 0 {
 		return 0, nil, errors.New("no server to hit")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,7 @@ func RunBenchmarks(b *testing.B, newHarness NewHarness) {
 		b.Run(fmt.Sprintf("HotLock/contenders=%d", n), func(b *testing.B) { s.benchHotLock(b, n) })
 	}
 	b.Run("Wake", s.benchWake)
+	b.Run(fmt.Sprintf("Fair/contenders=%d", FairContenders), s.benchFair)
 	b.Run("ManyLocks", s.benchManyLocks)
 	var rs *renewState
 	n := cfg.RenewLeases
@@ -179,6 +181,46 @@ func (s *suite) benchWake(b *testing.B) {
 	st := Summarize(ds)
 	b.ReportMetric(float64(st.P50)/float64(time.Microsecond), "wake-p50-µs")
 	b.ReportMetric(float64(st.P99)/float64(time.Microsecond), "wake-p99-µs")
+}
+
+// The fairness scenario of RunBenchmarks (Fair/contenders=9): FairClients
+// clients, as separate processes would be, FairContenders goroutines
+// spread over them, each holding the lock for FairHold, for FairDuration.
+const (
+	FairClients    = 3
+	FairContenders = 9
+	FairHold       = 100 * time.Millisecond
+	FairDuration   = 4 * time.Second
+)
+
+// benchFair runs Fair for b.N × FairDuration (-benchtime 1x: one run of
+// FairDuration; the default benchtime, 1s, also ends after one) and reports the longest Lock wait, the 99th percentile and median of the
+// waits that ended in a grant, the grants, the fewest any goroutine got and
+// the re-take share.
+func (s *suite) benchFair(b *testing.B) {
+	ctx := context.Background()
+	name := uniqueName(b)
+	cs := make([]*dlock.Client, FairClients)
+	for i := range cs {
+		cs[i] = s.benchClient(b, nil)
+	}
+	lockers := make([]LockFunc, FairContenders)
+	for g := range lockers {
+		lockers[g] = MutexLocker(cs[g%FairClients].NewMutex(name, nil))
+	}
+	b.ResetTimer()
+	r, err := Fair(ctx, time.Duration(b.N)*FairDuration, FairHold, lockers)
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("fair: %v", err)
+	}
+	st := Summarize(r.Waits)
+	b.ReportMetric(float64(r.MaxWait.Milliseconds()), "max-wait-ms")
+	b.ReportMetric(float64(st.P99.Milliseconds()), "wait-p99-ms")
+	b.ReportMetric(float64(st.P50.Milliseconds()), "wait-p50-ms")
+	b.ReportMetric(float64(len(r.Seq)), "grants")
+	b.ReportMetric(float64(slices.Min(r.PerGoroutine(FairContenders))), "min-grants")
+	b.ReportMetric(100*r.RetakeShare(), "retake-%")
 }
 
 // MutexLocker is the LockFunc of m: Lock, and the lease's Unlock.

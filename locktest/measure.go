@@ -297,6 +297,105 @@ func HotLock(ctx context.Context, b Budget, lockers []LockFunc) (HotResult, erro
 	return r, nil
 }
 
+// fairGrace is how long past its end a Fair run lets a Lock that began
+// before the end wait (tests shorten it).
+var fairGrace = 10 * time.Second
+
+// FairResult is what Fair measured.
+type FairResult struct {
+	// Seq is the goroutine of each grant, in grant order.
+	Seq []int
+	// Waits are the Lock waits that ended in a grant.
+	Waits []time.Duration
+	// MaxWait is the longest single Lock wait, a Lock still waiting when
+	// the run ended included (with its wait until then).
+	MaxWait time.Duration
+}
+
+// PerGoroutine returns how many grants each of n goroutines got.
+func (r FairResult) PerGoroutine(n int) []int {
+	out := make([]int, n)
+	for _, g := range r.Seq {
+		if g >= 0 && g < n {
+			out[g]++
+		}
+	}
+	return out
+}
+
+// RetakeShare is the share of grants (after the first) that went to the
+// goroutine that held the lock just before (0 to 1).
+func (r FairResult) RetakeShare() float64 {
+	if len(r.Seq) < 2 {
+		return 0
+	}
+	n := 0
+	for i := 1; i < len(r.Seq); i++ {
+		if r.Seq[i] == r.Seq[i-1] {
+			n++
+		}
+	}
+	return float64(n) / float64(len(r.Seq)-1)
+}
+
+// Fair runs one goroutine per entry of lockers, each looping: take the
+// lock, hold it for hold, free it, for about d; a Lock that began before d
+// ran out may wait up to fairGrace (10s) past it. It measures what a waiter sees when
+// every contender keeps coming back: whether some wait far longer than
+// others (give the goroutines several clients, as separate processes
+// would be). Errors other than a Lock that ran out of time end the run.
+func Fair(ctx context.Context, d, hold time.Duration, lockers []LockFunc) (FairResult, error) {
+	stopAt := time.Now().Add(d)
+	wctx, cancel := context.WithDeadline(ctx, stopAt.Add(fairGrace))
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		r        FairResult
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err })
+		cancel()
+	}
+	for g, lock := range lockers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stopAt) {
+				t0 := time.Now()
+				unlock, err := lock(wctx)
+				waited := time.Since(t0)
+				mu.Lock()
+				r.MaxWait = max(r.MaxWait, waited)
+				if err == nil {
+					r.Seq = append(r.Seq, g)
+					r.Waits = append(r.Waits, waited)
+				}
+				mu.Unlock()
+				if err != nil {
+					if wctx.Err() == nil {
+						fail(fmt.Errorf("goroutine %d: lock: %w", g, err))
+					}
+					return
+				}
+				t := time.NewTimer(hold) // the holder's work, not a wait for a condition
+				<-t.C
+				if err := unlock(context.WithoutCancel(ctx)); err != nil {
+					fail(fmt.Errorf("goroutine %d: unlock: %w", g, err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return r, firstErr
+	}
+	return r, ctx.Err()
+}
+
 // WakeSettle is how long Wake lets the waiter block before the holder
 // releases: long enough for any waiter to be parked in its wait (queued,
 // subscribed, blocked in the server), short enough to keep runs short.

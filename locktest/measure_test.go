@@ -242,6 +242,42 @@ func TestHotLockRetakes(t *testing.T) {
 	}
 }
 
+// TestFair: every grant is counted for its goroutine, a goroutine that
+// never gets the lock has its wait until the end counted, and a Lock's
+// error other than running out of time fails the run.
+func TestFair(t *testing.T) {
+	l := make(chanLock, 1)
+	r, err := Fair(context.Background(), 200*time.Millisecond, time.Millisecond, []LockFunc{l.locker(), l.locker()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := r.PerGoroutine(2)
+	if len(r.Seq) < 2 || per[0]+per[1] != len(r.Seq) || len(r.Waits) != len(r.Seq) || r.RetakeShare() < 0 || r.RetakeShare() > 1 {
+		t.Fatalf("result %+v, per goroutine %v", r, per)
+	}
+	// The second goroutine's lock is held for good by someone else: it
+	// waits until fairGrace past the end, and that wait is the longest.
+	defer func(g time.Duration) { fairGrace = g }(fairGrace)
+	fairGrace = time.Second
+	held := make(chanLock, 1)
+	held <- struct{}{}
+	start := time.Now()
+	r, err = Fair(context.Background(), 100*time.Millisecond, time.Millisecond, []LockFunc{l.locker(), held.locker()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); r.MaxWait < fairGrace || r.MaxWait > took {
+		t.Fatalf("longest wait %v in a run of %v; want the starved goroutine's, at least %v", r.MaxWait, took, fairGrace)
+	}
+	if per := r.PerGoroutine(2); per[0] == 0 || per[1] != 0 {
+		t.Fatalf("grants per goroutine %v: want some for the first, none for the second", per)
+	}
+	bad := func(ctx context.Context) (func(context.Context) error, error) { return nil, errors.New("refused") }
+	if _, err := Fair(context.Background(), time.Second, time.Millisecond, []LockFunc{bad}); err == nil {
+		t.Fatal("Fair ignored a Lock's error")
+	}
+}
+
 func TestWake(t *testing.T) {
 	l := make(chanLock, 1)
 	ds, err := Wake(context.Background(), Budget{Max: 3}, time.Millisecond, l.locker(), l.locker())

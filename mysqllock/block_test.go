@@ -27,6 +27,18 @@ func TestGetLockWaitsInServer(t *testing.T) {
 	sqltest.ServerQueueOrder(t, clients, name, func() int { return waitingOn(t, d0, name) })
 }
 
+// TestGetLockWaitsInServerBesideOwnHolder: a waiting Lock on the driver
+// that holds the mutex (for another owner) waits in GET_LOCK too, in its
+// place among the waiters of other drivers. Before, it was kept out of the
+// server's queue while its driver held the name (see pglock's
+// TestWaitsInServerBesideOwnHolder).
+func TestGetLockWaitsInServerBesideOwnHolder(t *testing.T) {
+	d0, c0 := benchDriver(t, ModeGetLock)
+	_, c1 := benchDriver(t, ModeGetLock)
+	name := randomName("block-beside")
+	sqltest.ServerQueueOrder(t, []*dlock.Client{c0, c0, c1, c0}, name, func() int { return waitingOn(t, d0, name) })
+}
+
 // waitingOn counts the sessions waiting in GET_LOCK on name's lock (not on
 // its wake-up signal).
 func waitingOn(t *testing.T, d *Driver, name string) int {

@@ -47,6 +47,46 @@ func TestAdvisoryLockWaitsInServer(t *testing.T) {
 	sqltest.ServerQueueOrder(t, clients, name, func() int { return waitingSessions(t, admin, AdvisoryKey(name)) })
 }
 
+// TestWaitsInServerBesideOwnHolder: a waiting Lock on the driver that
+// holds the mutex (for another owner) waits in the server's queue too, in
+// its place among the waiters of other drivers. Before, it was kept out of
+// the queue while its driver held the name and tried the lock only between
+// the server's hand-offs, which never left it free while other drivers'
+// waiters queued: with 9 contenders on 3 drivers, one waited 16 s
+// (locktest's Fair).
+func TestWaitsInServerBesideOwnHolder(t *testing.T) {
+	admin, err := pgx.Connect(context.Background(), serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.Background())
+	for _, mode := range []Mode{ModeAdvisory, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			d0, c0 := benchDriver(t, mode)
+			_, c1 := benchDriver(t, mode)
+			name := randomName("block-beside-" + string(mode))
+			waiting := func() int { return waitingSessions(t, admin, AdvisoryKey(name)) }
+			if mode == ModeRowLock {
+				waiting = func() int { return rowWaiters(t, d0) }
+			}
+			sqltest.ServerQueueOrder(t, []*dlock.Client{c0, c0, c1, c0}, name, waiting)
+		})
+	}
+}
+
+// rowWaiters counts the sessions whose locking read of a rowlock row waits
+// in the server.
+func rowWaiters(t *testing.T, d *Driver) int {
+	t.Helper()
+	var n int
+	err := d.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query = $1 AND datname = current_database()`, d.q.rowLockWait).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestRowLockWaitsInServer: in ModeRowLock too a waiting Lock of a held
 // mutex waits in the server (its locking read of the name's row, without
 // NOWAIT), and the waiters are granted in the order they came.
@@ -57,16 +97,7 @@ func TestRowLockWaitsInServer(t *testing.T) {
 	for i := range clients {
 		_, clients[i] = benchDriver(t, ModeRowLock)
 	}
-	waiting := func() int {
-		var n int
-		err := d0.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query = $1 AND datname = current_database()`, d0.q.rowLockWait).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	sqltest.ServerQueueOrder(t, clients, name, waiting)
+	sqltest.ServerQueueOrder(t, clients, name, func() int { return rowWaiters(t, d0) })
 }
 
 // TestAdvisoryWaitTurns: a waiter whose wait outlasts a third of its TTL
@@ -135,13 +166,18 @@ func TestBlocksNeedsSpareConnections(t *testing.T) {
 			t.Errorf("Blocks(%+v) = true: only a mutex without lock-delay waits in the server", r)
 		}
 	}
-	l, err := c.NewMutex(req.Name, nil).TryLock(context.Background())
+	l, err := c.NewMutex(req.Name, &dlock.MutexOptions{Owner: req.Owner}).TryLock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Unlock(context.Background())
 	if d.sess.Blocks(req, 0, 32) {
-		t.Error("Blocks = true for a name the driver holds")
+		t.Error("Blocks = true for a name the driver holds for the same owner (a re-entry)")
+	}
+	// Another owner waits in the server beside the driver's own holder
+	// (TestWaitsInServerBesideOwnHolder).
+	if other := (driver.AcquireRequest{Name: req.Name, Owner: "p", TTL: time.Minute}); !d.sess.Blocks(other, 0, 32) {
+		t.Error("Blocks = false for another owner of a name the driver holds")
 	}
 	lease, err := newTestHarness(t, ModeLease).NewDriver(context.Background())
 	if err != nil {

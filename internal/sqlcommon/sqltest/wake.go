@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/locktest"
 )
 
 // WakeFair measures, on drivers made by open (each like a separate
@@ -103,58 +103,22 @@ func WakeFair(b *testing.B, open Open) {
 	b.ReportMetric(float64(len(seq)), "grants9")
 }
 
-// contend runs workers goroutines (worker i on clients[i%len(clients)]) that
-// loop Lock, hold, Unlock on one name for about d, and returns the worker of
-// each grant in grant order and the longest single Lock wait (a Lock still
-// waiting at the end counts with its wait so far).
+// contend runs workers goroutines (worker i on clients[i%len(clients)])
+// that loop Lock, hold, Unlock on one name for about d (locktest.Fair),
+// and returns the worker of each grant in grant order and the longest
+// single Lock wait (a Lock still waiting at the end counts with its wait so
+// far).
 func contend(b *testing.B, clients []*dlock.Client, workers int, holdFor, d time.Duration) ([]int, time.Duration) {
-	ctx := context.Background()
 	name := RandomName("contend")
-	stopAt := time.Now().Add(d)
-	wctx, cancel := context.WithTimeout(ctx, d+20*time.Second)
-	defer cancel()
-	var (
-		mu      sync.Mutex
-		seq     []int
-		maxWait time.Duration
-		wg      sync.WaitGroup
-	)
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			m := clients[i%len(clients)].NewMutex(name, nil)
-			for time.Now().Before(stopAt) {
-				t0 := time.Now()
-				lctx, lcancel := context.WithDeadline(wctx, stopAt.Add(10*time.Second))
-				l, err := m.Lock(lctx)
-				lcancel()
-				waited := time.Since(t0)
-				mu.Lock()
-				maxWait = max(maxWait, waited)
-				if err == nil {
-					seq = append(seq, i)
-				}
-				mu.Unlock()
-				if err != nil {
-					// A Lock that ran out of its 10s past the end counts
-					// as that long a wait; only other errors fail.
-					if wctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-						b.Error(err)
-					}
-					return
-				}
-				t := time.NewTimer(holdFor)
-				<-t.C
-				if err := l.Unlock(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}(i)
+	lockers := make([]locktest.LockFunc, workers)
+	for i := range lockers {
+		lockers[i] = locktest.MutexLocker(clients[i%len(clients)].NewMutex(name, nil))
 	}
-	wg.Wait()
-	return seq, maxWait
+	r, err := locktest.Fair(context.Background(), d, holdFor, lockers)
+	if err != nil {
+		b.Error(err)
+	}
+	return r.Seq, r.MaxWait
 }
 
 // WakesOnRelease checks that a release wakes a blocked waiter: the holder

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -32,6 +33,10 @@ the locktest package:
                 hand-off latency (release → next grant), throughput, and how
                 often the previous holder took the lock again
   wake-up       release → grant of one blocked waiter on another client
+  fairness      9 goroutines over 3 clients (as 3 processes would be), each
+                taking the lock, holding it (100ms at the default duration)
+                and coming back: how long a Lock waits (median, 99th
+                percentile, longest) and the fewest grants any goroutine got
   many held     Lock+Unlock with 0 and with --held leases held by the client,
                 the time to take them and the heap per lease (a mode that
                 pins a connection per lock stops at its pool's size, noted
@@ -92,6 +97,14 @@ type benchReport struct {
 		RetakeShare float64        `json:"retake_share"`
 	} `json:"hot_lock"`
 	Wake locktest.Stats `json:"wake"`
+	Fair struct {
+		Contenders  int            `json:"contenders"`
+		Hold        time.Duration  `json:"hold_ns"`
+		Wait        locktest.Stats `json:"wait"`
+		MaxWait     time.Duration  `json:"max_wait_ns"`
+		MinGrants   int            `json:"min_grants"`
+		RetakeShare float64        `json:"retake_share"`
+	} `json:"fairness"`
 	Held struct {
 		Levels          []locktest.HeldLevel `json:"levels"`
 		Ratio           float64              `json:"ratio"`
@@ -211,7 +224,7 @@ func benchmark(ctx context.Context, raw string, f *benchFlags, p *progress) (*be
 	for g := range lockers {
 		lockers[g] = locktest.MutexLocker(cs[g%4].NewMutex(name+"-hot", nil))
 	}
-	hr, err := locktest.HotLock(ctx, share(30), lockers)
+	hr, err := locktest.HotLock(ctx, share(25), lockers)
 	if err != nil {
 		return nil, fmt.Errorf("bench: hot lock: %w", err)
 	}
@@ -220,12 +233,31 @@ func benchmark(ctx context.Context, raw string, f *benchFlags, p *progress) (*be
 	rep.Hot.OpsPerSec, rep.Hot.RetakeShare = hr.OpsPerSec(), hr.RetakeShare()
 
 	p.set("wake-up of a blocked waiter")
-	wake, err := locktest.Wake(ctx, share(20), locktest.WakeSettle,
+	wake, err := locktest.Wake(ctx, share(15), locktest.WakeSettle,
 		locktest.MutexLocker(cs[0].NewMutex(name+"-wake", nil)), locktest.MutexLocker(cs[1].NewMutex(name+"-wake", nil)))
 	if err != nil {
 		return nil, fmt.Errorf("bench: wake-up: %w", err)
 	}
 	rep.Wake = locktest.Summarize(wake)
+
+	// Fairness: the hold is locktest.FairHold when the share is
+	// locktest.FairDuration or more, shorter in a shorter run, so that each
+	// goroutine still comes back several times.
+	fd := share(20).Duration
+	fhold := min(max(fd/40, time.Millisecond), locktest.FairHold)
+	p.set(fmt.Sprintf("fairness, %d goroutines holding %v", locktest.FairContenders, fhold))
+	fl9 := make([]locktest.LockFunc, locktest.FairContenders)
+	for g := range fl9 {
+		fl9[g] = locktest.MutexLocker(cs[g%locktest.FairClients].NewMutex(name+"-fair", nil))
+	}
+	fr, err := locktest.Fair(ctx, fd, fhold, fl9)
+	if err != nil {
+		return nil, fmt.Errorf("bench: fairness: %w", err)
+	}
+	rep.Fair.Contenders, rep.Fair.Hold = locktest.FairContenders, fhold
+	rep.Fair.Wait, rep.Fair.MaxWait = locktest.Summarize(fr.Waits), fr.MaxWait
+	rep.Fair.MinGrants = slices.Min(fr.PerGoroutine(locktest.FairContenders))
+	rep.Fair.RetakeShare = fr.RetakeShare()
 
 	p.set(fmt.Sprintf("Lock+Unlock with %d leases held", f.held))
 	holder := cs[4]
@@ -271,6 +303,8 @@ func writeBenchTable(w io.Writer, rep *benchReport) error {
 	line(fmt.Sprintf("hot lock hand-off, %d goroutines", rep.Hot.Goroutines), rep.Hot.Handoff,
 		fmt.Sprintf("%.0f ops/s, previous holder re-took %.0f%%", rep.Hot.OpsPerSec, 100*rep.Hot.RetakeShare))
 	line("wake-up of a blocked waiter", rep.Wake, "release → grant")
+	line(fmt.Sprintf("fairness: Lock wait, %d contenders holding %v", rep.Fair.Contenders, rep.Fair.Hold), rep.Fair.Wait,
+		fmt.Sprintf("longest wait %s, fewest grants per goroutine %d, previous holder re-took %.0f%%", roundLatency(rep.Fair.MaxWait), rep.Fair.MinGrants, 100*rep.Fair.RetakeShare))
 	for i, l := range rep.Held.Levels {
 		note := ""
 		if i > 0 {

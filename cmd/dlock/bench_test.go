@@ -24,6 +24,7 @@ func TestBenchTable(t *testing.T) {
 		"raw floor: map insert + delete under a mutex",
 		"hot lock hand-off, 8 goroutines", "ops/s",
 		"wake-up of a blocked waiter",
+		"fairness: Lock wait, 9 contenders holding", "longest wait", "fewest grants per goroutine",
 		"Lock+Unlock, 0 leases held",
 		"Lock+Unlock, 50 leases held", "B of heap per lease",
 	} {
@@ -56,6 +57,13 @@ func TestBenchJSONSQLite(t *testing.T) {
 			OpsPerSec  float64 `json:"ops_per_sec"`
 		} `json:"hot_lock"`
 		Wake struct{ N, P50_ns int64 }
+		Fair struct {
+			Contenders int
+			Hold       int64 `json:"hold_ns"`
+			Wait       struct{ N, P50_ns int64 }
+			MaxWait    int64 `json:"max_wait_ns"`
+			MinGrants  int   `json:"min_grants"`
+		} `json:"fairness"`
 		Held struct {
 			Levels []struct {
 				Held int
@@ -71,7 +79,7 @@ func TestBenchJSONSQLite(t *testing.T) {
 	if err := json.Unmarshal([]byte(te.stdout.String()), &rep); err != nil {
 		t.Fatalf("unexpected JSON shape: %v\n%s", err, te.stdout.String())
 	}
-	for _, k := range []string{"url", "floor", "uncontended", "floor_uncontended", "x_floor", "round_trip", "hot_lock", "wake", "many_held", "elapsed_ns"} {
+	for _, k := range []string{"url", "floor", "uncontended", "floor_uncontended", "x_floor", "round_trip", "hot_lock", "wake", "fairness", "many_held", "elapsed_ns"} {
 		if _, ok := loose[k]; !ok {
 			t.Errorf("JSON lacks %q: %s", k, te.stdout.String())
 		}
@@ -89,6 +97,8 @@ func TestBenchJSONSQLite(t *testing.T) {
 		t.Errorf("hot lock %+v", rep.Hot)
 	case rep.Wake.N == 0:
 		t.Errorf("wake %+v", rep.Wake)
+	case rep.Fair.Contenders != 9 || rep.Fair.Hold <= 0 || rep.Fair.Wait.N == 0 || rep.Fair.MaxWait < rep.Fair.Wait.P50_ns:
+		t.Errorf("fairness %+v", rep.Fair)
 	case len(rep.Held.Levels) != 2 || rep.Held.Levels[0].Held != 0 || rep.Held.Levels[1].Held != 20 || rep.Held.Levels[1].Op.N == 0:
 		t.Errorf("many held %+v", rep.Held)
 	}

@@ -55,6 +55,9 @@ var matrix = []matrixBackend{
 	{backend: "mysql/lease", cells: cells(append(clientSide, FaultRestartServer, FaultPauseServer, FaultClockJump)...)},
 	{backend: "mysql/getlock", cells: cells(append(clientSide, FaultRestartServer, FaultPauseServer, FaultKillSession)...)},
 	{backend: "mysql/rowlock", cells: cells(append(clientSide, FaultRestartServer, FaultPauseServer, FaultKillSession)...)},
+	// A TTL of 3s or more makes rowlock waiters wait in the server (a
+	// locking read under innodb_lock_wait_timeout, whole seconds).
+	{backend: "mysql/rowlock", name: "mysql-rowlock-3s", ttl: 3 * time.Second, cells: cells(FaultPauseHolder, FaultKillHolder, FaultPartition, FaultRestartServer, FaultKillSession)},
 }
 
 // clientSide are the faults that apply to every networked backend.

@@ -3,6 +3,7 @@ package mysqllock
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"testing"
 	"time"
 
@@ -33,10 +34,100 @@ func TestGetLockWaitsInServer(t *testing.T) {
 // server's queue while its driver held the name (see pglock's
 // TestWaitsInServerBesideOwnHolder).
 func TestGetLockWaitsInServerBesideOwnHolder(t *testing.T) {
-	d0, c0 := benchDriver(t, ModeGetLock)
-	_, c1 := benchDriver(t, ModeGetLock)
-	name := randomName("block-beside")
-	sqltest.ServerQueueOrder(t, []*dlock.Client{c0, c0, c1, c0}, name, func() int { return waitingOn(t, d0, name) })
+	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			d0, c0 := benchDriver(t, mode)
+			_, c1 := benchDriver(t, mode)
+			name := randomName("block-beside-" + string(mode))
+			waiting := func() int { return waitingOn(t, d0, name) }
+			if mode == ModeRowLock {
+				waiting = func() int { return rowWaiters(t, d0, name) }
+			}
+			sqltest.ServerQueueOrder(t, []*dlock.Client{c0, c0, c1, c0}, name, waiting)
+		})
+	}
+}
+
+// TestRowLockWaitsInServer: in ModeRowLock, with a TTL of 3s or more, a
+// waiting Lock of a held mutex waits in the server (its locking read of the
+// name's row, without NOWAIT, in InnoDB's lock wait), and the server
+// grants the row to the waiters in the order they came, each with a token
+// above the one before. Before, a waiting Lock waited for the holder's
+// wake-up signal and then tried again: no transaction waited on the row.
+func TestRowLockWaitsInServer(t *testing.T) {
+	d0, _ := benchDriver(t, ModeRowLock)
+	name := randomName("block-row-fifo")
+	clients := make([]*dlock.Client, 4)
+	for i := range clients {
+		_, clients[i] = benchDriver(t, ModeRowLock)
+	}
+	sqltest.ServerQueueOrder(t, clients, name, func() int { return rowWaiters(t, d0, name) })
+}
+
+// rowWaiters counts the sessions whose locking read of name's row waits
+// (the waiting form, without NOWAIT).
+func rowWaiters(t *testing.T, d *Driver, name string) int {
+	t.Helper()
+	var n int
+	err := d.db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Query' AND INFO LIKE ?",
+		"%name = "+hexLit(name)+" FOR UPDATE").Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestRowLockWaitTTL: a TTL under 3s (a third under a second, which
+// innodb_lock_wait_timeout cannot count) keeps a rowlock waiter out of the
+// server's queue; it waits by its signal as before.
+func TestRowLockWaitTTL(t *testing.T) {
+	d, _ := benchDriver(t, ModeRowLock)
+	name := randomName("block-row-ttl")
+	if d.Queues(driver.AcquireRequest{Name: name, Owner: "o", TTL: 2 * time.Second}) {
+		t.Error("Queues = true for a 2s TTL")
+	}
+	if !d.Queues(driver.AcquireRequest{Name: name, Owner: "o", TTL: 3 * time.Second}) {
+		t.Error("Queues = false for a 3s TTL")
+	}
+	if _, err := d.Acquire(context.Background(), driver.AcquireRequest{Name: name, Owner: "o", TTL: time.Second}); !errors.Is(err, driver.ErrUnsupported) {
+		t.Errorf("Acquire with a 1s TTL: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestRowLockCancelAsWaitEnds: rowlock waits cancelled early in their turn
+// end with an error (KILL QUERY ends the locking read), no transaction is
+// left waiting for the row, and the lock is free at once after its
+// holder's release.
+func TestRowLockCancelAsWaitEnds(t *testing.T) {
+	_, c := benchDriver(t, ModeRowLock)
+	d, _ := benchDriver(t, ModeRowLock)
+	name := randomName("block-row-cancel")
+	held, err := c.NewMutex(name, nil).TryLock(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+i%20)*time.Millisecond)
+		_, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: "w", TTL: 3 * time.Second})
+		cancel()
+		if err == nil {
+			t.Fatal("a waiter was granted a held lock")
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a cancelled wait: %v, want the context's deadline", err)
+		}
+	}
+	if n := rowWaiters(t, d, name); n != 0 {
+		t.Fatalf("%d transactions of cancelled waits still wait for the row", n)
+	}
+	if err := held.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.NewMutex(name, nil).TryLock(context.Background())
+	if err != nil {
+		t.Fatalf("TryLock after cancelled waits and the holder's release: %v", err)
+	}
+	_ = l.Unlock(context.Background())
 }
 
 // waitingOn counts the sessions waiting in GET_LOCK on name's lock (not on

@@ -72,6 +72,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sqlcommon"
@@ -140,8 +141,8 @@ type store struct {
 	// in ModeRowLock with the row locked, in ModeGetLock after the GET_LOCK
 	// statement (which does not say whether it granted).
 	testHookLocked func(ctx context.Context, c *sql.Conn)
-	// ids are the connection ids of the connections ModeGetLock waits ran
-	// on (see getLock.Block).
+	// ids are the connection ids of the connections the session modes'
+	// waits ran on (see getLock.Block, rowLock.Block).
 	ids connIDs
 	// losses are the session modes' per-connection loss signals; nil in
 	// ModeLease.
@@ -269,10 +270,16 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 // Queues implements driver.QueueChooser: in ModeGetLock a waiting Lock of
 // a mutex waits in the server (GET_LOCK with a timeout, see Acquire) while
 // fewer than half of the pool's connections are in use and the driver
-// holds nothing under the name; every other waiting Lock is a loop of
+// does not hold the name for the same owner; in ModeRowLock too (a locking
+// read that waits), when a third of the TTL is a second or more
+// (innodb_lock_wait_timeout counts whole seconds, and a turn must leave a
+// grant two thirds of the TTL). Every other waiting Lock is a loop of
 // tries woken by the holder's signal (see SignalName).
 func (d *Driver) Queues(req driver.AcquireRequest) bool {
-	if d.mode != ModeGetLock {
+	switch {
+	case d.mode == ModeGetLock:
+	case d.mode == ModeRowLock && req.TTL/3 >= time.Second:
+	default:
 		return false
 	}
 	st := d.db.Stats()
@@ -293,8 +300,8 @@ func (d *Driver) Queues(req driver.AcquireRequest) bool {
 // A grant made this way takes the name off the driver's contended list:
 // waiters waiting in the server need no stand-back (see standBack).
 func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if d.mode != ModeGetLock || req.Kind != driver.Exclusive {
-		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: mode %s waits by its signal, not in the server: %w", d.mode, driver.ErrUnsupported)
+	if d.mode == ModeLease || req.Kind != driver.Exclusive || (d.mode == ModeRowLock && req.TTL/3 < time.Second) {
+		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: mode %s waits by its signal, not in the server, for this request: %w", d.mode, driver.ErrUnsupported)
 	}
 	if err := d.base.Ready(ctx); err != nil {
 		return driver.Grant{}, err

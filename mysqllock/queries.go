@@ -43,7 +43,7 @@ type queries struct {
 
 	getLock, getLockWait, fenceInsert, getLockRelease string
 
-	rowLock, rowEnsure, fenceBump, rowConfirm, rowRelease string
+	rowLock, rowLockWait, rowEnsure, fenceBump, rowConfirm, rowRelease string
 
 	signalWait string
 
@@ -136,6 +136,9 @@ func newQueries(table string) queries {
 	// stays open) and wait_timeout armed, in one statement; switching
 	// autocommit back on at release commits and ends the transaction.
 	q.rowLock = r.Replace("SELECT 1 FROM $T_rowlock WHERE name = {K} FOR UPDATE NOWAIT")
+	// The waiting form (rowLock.Block): the wait is bounded by the
+	// session's innodb_lock_wait_timeout, which the release restores.
+	q.rowLockWait = r.Replace("SELECT 1 FROM $T_rowlock WHERE name = {K} FOR UPDATE")
 	q.rowEnsure = r.Replace("INSERT IGNORE INTO $T_rowlock (name) VALUES ({K})")
 	q.fenceBump = r.Replace("INSERT INTO $T (name, owner, fence) VALUES ({K}, {O}, LAST_INSERT_ID(1)) " +
 		"ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(GREATEST(fence, fence_floor) + 1), owner = {O}, version = version + 1")
@@ -143,7 +146,7 @@ func newQueries(table string) queries {
 	// signal; the release (also that of a refused attempt, which holds no
 	// signal: RELEASE_LOCK then changes nothing) gives it up.
 	q.rowConfirm = r.Replace("SELECT GET_LOCK({W}, 0) FROM $T_rowlock WHERE name = {K} FOR UPDATE NOWAIT")
-	q.rowRelease = "SET autocommit = 1, SESSION wait_timeout = DEFAULT, @dlock_signal = RELEASE_LOCK({W})"
+	q.rowRelease = "SET autocommit = 1, SESSION wait_timeout = DEFAULT, SESSION innodb_lock_wait_timeout = DEFAULT, @dlock_signal = RELEASE_LOCK({W})"
 
 	// A waiter's wait for a wake-up signal: whether a holder kept it, and
 	// then 1 once the signal was had (and given up at once), -1 when the
@@ -240,6 +243,10 @@ func errNumber(err error) uint16 {
 	}
 	return 0
 }
+
+// isInterrupted reports a statement ended by KILL QUERY
+// (ER_QUERY_INTERRUPTED, 1317).
+func isInterrupted(err error) bool { return errNumber(err) == 1317 }
 
 // isLockNotAvailable reports NOWAIT's refusal: MySQL 8 ER_LOCK_NOWAIT (3572),
 // MariaDB ER_LOCK_WAIT_TIMEOUT (1205).

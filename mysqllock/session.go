@@ -285,7 +285,7 @@ var _ sqlcommon.SessionSQL[pinned] = rowLock{}
 
 // Abort implements sqlcommon.SessionSQL.
 func (rowLock) Abort(c pinned) {
-	abort(c, "SET autocommit = 1, SESSION wait_timeout = DEFAULT, @dlock_signal = RELEASE_ALL_LOCKS()") // ends the transaction
+	abort(c, "SET autocommit = 1, SESSION wait_timeout = DEFAULT, SESSION innodb_lock_wait_timeout = DEFAULT, @dlock_signal = RELEASE_ALL_LOCKS()") // ends the transaction
 }
 
 // Unlock implements sqlcommon.SessionSQL.
@@ -297,7 +297,7 @@ func (r rowLock) Unlock(ctx context.Context, c pinned, name string) error {
 // Lock implements sqlcommon.SessionSQL. It turns autocommit off and arms
 // wait_timeout, then locks the name's
 // row with FOR UPDATE NOWAIT; the transaction that read opened stays open
-// until release. The fencing counter is incremented on another pooled
+// until release. (Block is the same with a locking read that waits.) The fencing counter is incremented on another pooled
 // connection in autocommit: an increment inside the held transaction would
 // be rolled back if the holder crashed, and the next holder would be handed
 // the same token again.
@@ -312,18 +312,63 @@ func (r rowLock) Unlock(ctx context.Context, c pinned, name string) error {
 // meanwhile: it ends with its session, with a COMMIT or ROLLBACK (not sent
 // before release), or with an error that rolls back the whole transaction
 // (a deadlock, or a lock wait timeout under innodb_rollback_on_timeout),
-// and the pinned session never waits for a lock (NOWAIT), so no such error
-// can occur. A confirmation therefore proves the row lock was held from
+// and once it holds the row the pinned session never waits for a lock
+// (the confirmation is NOWAIT), so no such error can occur. (Block's
+// locking read waits, but before the row is held: a timeout or deadlock
+// there ends a transaction that holds nothing.) A confirmation therefore proves the row lock was held from
 // before the increment until after it, and every later holder's increment
 // comes after ours.
 func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) (bool, uint64, error) {
+	return r.lockRow(ctx, c, req, 0)
+}
+
+var _ sqlcommon.SessionBlocker[pinned] = rowLock{}
+
+// Block implements sqlcommon.SessionBlocker: Lock whose locking read waits
+// for the row (FOR UPDATE without NOWAIT) up to wait, in whole seconds
+// (innodb_lock_wait_timeout, for this session until the release; the
+// driver's Queues sends only waits of a second or more). InnoDB queues the
+// transactions waiting for a row and grants it to the first when its
+// holder's transaction ends. When ctx ends, the wait is ended by a KILL
+// QUERY of the session from another pooled connection (see
+// sqlcommon.CancelOnDone).
+func (r rowLock) Block(ctx context.Context, c pinned, req driver.AcquireRequest, wait time.Duration) (bool, uint64, error) {
+	return r.lockRow(ctx, c, req, max(int(wait/time.Second), 1))
+}
+
+// lockRow is Lock of a mutex, whose locking read waits up to waitSecs
+// seconds for the row when waitSecs is above 0 (Block), and refuses at
+// once otherwise.
+func (r rowLock) lockRow(ctx context.Context, c pinned, req driver.AcquireRequest, waitSecs int) (bool, uint64, error) {
 	d, conn, name, owner := r.store, c.Conn, req.Name, req.Owner
-	if _, err := conn.ExecContext(ctx, "SET autocommit = 0, SESSION wait_timeout = "+waitTimeout(req.TTL)); err != nil {
+	set, lock := "SET autocommit = 0, SESSION wait_timeout = "+waitTimeout(req.TTL), d.q.rowLock
+	var id int64
+	if waitSecs > 0 {
+		set += ", SESSION innodb_lock_wait_timeout = " + strconv.Itoa(waitSecs)
+		lock = d.q.rowLockWait
+		var err error
+		if id, err = r.ids.of(ctx, conn); err != nil {
+			return false, 0, err
+		}
+	}
+	if _, err := conn.ExecContext(ctx, set); err != nil {
 		return false, 0, err
 	}
 	k := hexLit(name)
+	read := func(ctx context.Context) error { return queryRow(ctx, conn, fill(lock, "{K}", k)) }
+	if waitSecs > 0 {
+		wait := read
+		read = func(ctx context.Context) error {
+			// A KILL QUERY that finds the session idle changes nothing.
+			kill := func(ctx context.Context) error {
+				_, err := r.db.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(id, 10))
+				return err
+			}
+			return sqlcommon.CancelOnDone(ctx, kill, wait)
+		}
+	}
 	for attempt := 0; ; attempt++ {
-		err := queryRow(ctx, conn, fill(d.q.rowLock, "{K}", k))
+		err := read(ctx)
 		switch {
 		case err == nil:
 		case errors.Is(err, sql.ErrNoRows) && attempt == 0:
@@ -339,7 +384,10 @@ func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) 
 				return false, 0, err
 			}
 			continue
-		case isLockNotAvailable(err):
+		case isLockNotAvailable(err), waitSecs > 0 && isInterrupted(err) && ctx.Err() == nil:
+			// Held (NOWAIT, or the wait's innodb_lock_wait_timeout), or a
+			// wait the server cut short (an administrator's KILL QUERY):
+			// refused.
 			_, rerr := conn.ExecContext(ctx, fill(d.q.rowRelease, "{W}", hexLit(SignalName(name))))
 			return false, 0, rerr
 		default:

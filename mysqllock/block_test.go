@@ -12,56 +12,42 @@ import (
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
 )
 
-// TestGetLockWaitsInServer: in ModeGetLock a waiting Lock of a held mutex
-// waits in the server (its session in GET_LOCK on the lock's name, state
-// "User lock"), and the server grants the lock to the waiters in the order
-// they came, each with a token above the one before. Before, a waiting
-// Lock waited for the holder's wake-up signal and then tried again: no
-// session waited on the lock itself.
-func TestGetLockWaitsInServer(t *testing.T) {
-	d0, _ := benchDriver(t, ModeGetLock)
-	name := randomName("block-fifo")
-	clients := make([]*dlock.Client, 4)
-	for i := range clients {
-		_, clients[i] = benchDriver(t, ModeGetLock)
-	}
-	sqltest.ServerQueueOrder(t, clients, name, func() int { return waitingOn(t, d0, name) })
-}
-
-// TestGetLockWaitsInServerBesideOwnHolder: a waiting Lock on the driver
-// that holds the mutex (for another owner) waits in GET_LOCK too, in its
-// place among the waiters of other drivers. Before, it was kept out of the
+// TestWaitsInServer: in ModeGetLock a waiting Lock of a held mutex waits in
+// the server (its session in GET_LOCK on the lock's name, state "User
+// lock"); in ModeRowLock, with a TTL of 3s or more (these clients' is
+// 30s), in its locking read of the name's row, without NOWAIT. The server
+// grants the lock to the waiters in the order they came, each with a token
+// above the one before. Before, a waiting Lock waited for the holder's
+// wake-up signal and then tried again: no session waited on the lock
+// itself. Beside its own holder: a waiting Lock on the driver that holds
+// the mutex (for another owner) waits in the server too, in its place
+// among the waiters of other drivers; before, it was kept out of the
 // server's queue while its driver held the name (see pglock's
 // TestWaitsInServerBesideOwnHolder).
-func TestGetLockWaitsInServerBesideOwnHolder(t *testing.T) {
+func TestWaitsInServer(t *testing.T) {
 	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
-		t.Run(string(mode), func(t *testing.T) {
-			d0, c0 := benchDriver(t, mode)
-			_, c1 := benchDriver(t, mode)
-			name := randomName("block-beside-" + string(mode))
-			waiting := func() int { return waitingOn(t, d0, name) }
+		d0, c0 := benchDriver(t, mode)
+		waiting := func(name string) func() int {
 			if mode == ModeRowLock {
-				waiting = func() int { return rowWaiters(t, d0, name) }
+				return func() int { return rowWaiters(t, d0, name) }
 			}
-			sqltest.ServerQueueOrder(t, []*dlock.Client{c0, c0, c1, c0}, name, waiting)
+			return func() int { return waitingOn(t, d0, name) }
+		}
+		t.Run(string(mode), func(t *testing.T) {
+			name := randomName("block-fifo-" + string(mode))
+			clients := []*dlock.Client{c0}
+			for range 3 {
+				_, c := benchDriver(t, mode)
+				clients = append(clients, c)
+			}
+			sqltest.ServerQueueOrder(t, clients, name, waiting(name))
+		})
+		t.Run(string(mode)+"/beside-own-holder", func(t *testing.T) {
+			name := randomName("block-beside-" + string(mode))
+			_, c1 := benchDriver(t, mode)
+			sqltest.ServerQueueOrder(t, []*dlock.Client{c0, c0, c1, c0}, name, waiting(name))
 		})
 	}
-}
-
-// TestRowLockWaitsInServer: in ModeRowLock, with a TTL of 3s or more, a
-// waiting Lock of a held mutex waits in the server (its locking read of the
-// name's row, without NOWAIT, in InnoDB's lock wait), and the server
-// grants the row to the waiters in the order they came, each with a token
-// above the one before. Before, a waiting Lock waited for the holder's
-// wake-up signal and then tried again: no transaction waited on the row.
-func TestRowLockWaitsInServer(t *testing.T) {
-	d0, _ := benchDriver(t, ModeRowLock)
-	name := randomName("block-row-fifo")
-	clients := make([]*dlock.Client, 4)
-	for i := range clients {
-		_, clients[i] = benchDriver(t, ModeRowLock)
-	}
-	sqltest.ServerQueueOrder(t, clients, name, func() int { return rowWaiters(t, d0, name) })
 }
 
 // rowWaiters counts the sessions whose locking read of name's row waits
@@ -94,42 +80,6 @@ func TestRowLockWaitTTL(t *testing.T) {
 	}
 }
 
-// TestRowLockCancelAsWaitEnds: rowlock waits cancelled early in their turn
-// end with an error (KILL QUERY ends the locking read), no transaction is
-// left waiting for the row, and the lock is free at once after its
-// holder's release.
-func TestRowLockCancelAsWaitEnds(t *testing.T) {
-	_, c := benchDriver(t, ModeRowLock)
-	d, _ := benchDriver(t, ModeRowLock)
-	name := randomName("block-row-cancel")
-	held, err := c.NewMutex(name, nil).TryLock(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 30 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(1+i%20)*time.Millisecond)
-		_, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: "w", TTL: 3 * time.Second})
-		cancel()
-		if err == nil {
-			t.Fatal("a waiter was granted a held lock")
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("a cancelled wait: %v, want the context's deadline", err)
-		}
-	}
-	if n := rowWaiters(t, d, name); n != 0 {
-		t.Fatalf("%d transactions of cancelled waits still wait for the row", n)
-	}
-	if err := held.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	l, err := c.NewMutex(name, nil).TryLock(context.Background())
-	if err != nil {
-		t.Fatalf("TryLock after cancelled waits and the holder's release: %v", err)
-	}
-	_ = l.Unlock(context.Background())
-}
-
 // waitingOn counts the sessions waiting in GET_LOCK on name's lock (not on
 // its wake-up signal).
 func waitingOn(t *testing.T, d *Driver, name string) int {
@@ -143,44 +93,59 @@ func waitingOn(t *testing.T, d *Driver, name string) int {
 	return n
 }
 
-// TestGetLockCancelAsWaitEnds: waits whose context ends about when their
-// turn does (300, turns of 2ms), and waits cancelled early in a long turn
-// (20, turns of 1s): each ends with an error and no data race (under
-// -race), and no session is left waiting in GET_LOCK, the lock free at
-// once after its holder's release. A cancelled wait is ended by KILL
-// QUERY; go-sql-driver's own reaction, closing the connection, left the
-// sessions of the long turns waiting in the lock's queue.
-func TestGetLockCancelAsWaitEnds(t *testing.T) {
-	_, c := benchDriver(t, ModeGetLock)
-	d, _ := benchDriver(t, ModeGetLock)
-	name := randomName("block-cancel")
-	held, err := c.NewMutex(name, nil).TryLock(context.Background())
-	if err != nil {
-		t.Fatal(err)
+// TestCancelAsWaitEnds: waits whose context ends about when their turn
+// does (getlock: 300, turns of 2ms), and waits cancelled early in a long
+// turn (30, turns of 1s): each ends with the context's error and no data
+// race (under -race), and no session is left waiting in the server
+// (getlock: in GET_LOCK; rowlock: in its locking read of the row), the
+// lock free at once after its holder's release. A cancelled wait is ended
+// by KILL QUERY; go-sql-driver's own reaction, closing the connection, left
+// the sessions of the long turns waiting in the lock's queue.
+func TestCancelAsWaitEnds(t *testing.T) {
+	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			_, c := benchDriver(t, mode)
+			d, _ := benchDriver(t, mode)
+			name := randomName("block-cancel-" + string(mode))
+			held, err := c.NewMutex(name, nil).TryLock(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			wait := func(ttl, within time.Duration) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), within)
+				defer cancel()
+				_, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: "w", TTL: ttl})
+				if err == nil {
+					t.Fatal("a waiter was granted a held lock")
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("a cancelled wait: %v, want the context's deadline", err)
+				}
+			}
+			if mode == ModeGetLock {
+				for i := range 300 {
+					wait(6*time.Millisecond, time.Duration(500+i*7%1500)*time.Microsecond)
+				}
+			}
+			for i := range 30 {
+				wait(3*time.Second, time.Duration(1+i%20)*time.Millisecond)
+			}
+			waiting := waitingOn(t, d, name)
+			if mode == ModeRowLock {
+				waiting = rowWaiters(t, d, name)
+			}
+			if waiting != 0 {
+				t.Fatalf("%d sessions of cancelled waits still wait in the server", waiting)
+			}
+			if err := held.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			l, err := c.NewMutex(name, nil).TryLock(context.Background())
+			if err != nil {
+				t.Fatalf("TryLock after cancelled waits and the holder's release: %v", err)
+			}
+			_ = l.Unlock(context.Background())
+		})
 	}
-	wait := func(ttl, within time.Duration) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), within)
-		defer cancel()
-		if _, err := d.Acquire(ctx, driver.AcquireRequest{Name: name, Owner: "w", TTL: ttl}); err == nil {
-			t.Fatal("a waiter was granted a held lock")
-		}
-	}
-	for i := range 300 {
-		wait(6*time.Millisecond, time.Duration(500+i*7%1500)*time.Microsecond)
-	}
-	for range 20 {
-		wait(3*time.Second, 20*time.Millisecond)
-	}
-	if n := waitingOn(t, d, name); n != 0 {
-		t.Fatalf("%d sessions of cancelled waits still wait in GET_LOCK", n)
-	}
-	if err := held.Unlock(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	l, err := c.NewMutex(name, nil).TryLock(context.Background())
-	if err != nil {
-		t.Fatalf("TryLock after cancelled waits and the holder's release: %v", err)
-	}
-	_ = l.Unlock(context.Background())
 }

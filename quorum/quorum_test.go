@@ -548,25 +548,37 @@ func TestLateUndoDoesNotTakeTheNextGrant(t *testing.T) {
 	close(ln.answer) // node 2's refusal of b comes back as a lost reply
 	// b's next attempt. Had it not waited for the late undo, it would be
 	// granted on every node at once, before that undo's release to node 2.
+	nextGrantKept(t, bs, qb, ln, reqB, "the late undo of b's refused attempt")
+}
+
+// nextGrantKept makes req's next attempt on qb, whose node 2 is ln, while a
+// release by req's owner alone is held back on ln: the attempt must wait
+// for that release (it returns the context's deadline, and is made again
+// once the release went through) or be granted. Either way, every node of
+// bs must then hold the lock for req's owner: what must not have taken the
+// grant on node 2 away is named by what.
+func nextGrantKept(t *testing.T, bs []*memlock.Backend, qb *quorum.Driver, ln *lostReplyNode, req driver.AcquireRequest, what string) {
+	t.Helper()
+	ctx := context.Background()
 	ctx2, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	g, err := qb.TryAcquire(ctx2, reqB)
+	g, err := qb.TryAcquire(ctx2, req)
 	cancel()
 	close(ln.release)
-	testwait.Until(t, 5*time.Second, "the late undo's release on node 2", func() bool { return ln.releases.Load() >= 1 })
+	testwait.Until(t, 5*time.Second, "the release on node 2", func() bool { return ln.releases.Load() >= 1 })
 	if err != nil {
 		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("b's second attempt: %v, want a grant or, waiting for the late undo, the context's deadline", err)
+			t.Fatalf("%s's next attempt: %v, want a grant or, waiting for the release on node 2, the context's deadline", req.Owner, err)
 		}
-		if g, err = qb.TryAcquire(ctx, reqB); err != nil {
-			t.Fatalf("b's attempt after the late undo: %v", err)
+		if g, err = qb.TryAcquire(ctx, req); err != nil {
+			t.Fatalf("%s's attempt after the release on node 2: %v", req.Owner, err)
 		}
 	}
 	for i, b := range bs {
-		if owner, _ := b.Holder(name); owner != "b" {
-			t.Errorf("node %d is held by %q, not b, after b's grant: the late undo of b's refused attempt took the grant away", i, owner)
+		if owner, _ := b.Holder(req.Name); owner != req.Owner {
+			t.Errorf("node %d is held by %q, not %s, after %s's grant: %s took the grant away", i, owner, req.Owner, req.Owner, what)
 		}
 	}
-	if _, err := qb.Release(ctx, driver.Lease{Name: name, Owner: "b", Token: g.Token, Handle: g.Handle, TTL: ttl}); err != nil {
+	if _, err := qb.Release(ctx, driver.Lease{Name: req.Name, Owner: req.Owner, Token: g.Token, Handle: g.Handle, TTL: req.TTL}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -616,27 +628,7 @@ func TestReleasedLeaseLateReleaseDoesNotTakeTheNextGrant(t *testing.T) {
 			}
 			// b's next attempt. Had it not waited for the release to node 2,
 			// it would be granted on every node, before that release.
-			ctx2, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			g, err := qb.TryAcquire(ctx2, reqB)
-			cancel()
-			close(ln.release)
-			testwait.Until(t, 5*time.Second, "the release on node 2", func() bool { return ln.releases.Load() >= 1 })
-			if err != nil {
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("b's second attempt: %v, want a grant or, waiting for the release on node 2, the context's deadline", err)
-				}
-				if g, err = qb.TryAcquire(ctx, reqB); err != nil {
-					t.Fatalf("b's attempt after the release on node 2: %v", err)
-				}
-			}
-			for i, b := range bs {
-				if owner, _ := b.Holder(name); owner != "b" {
-					t.Errorf("node %d is held by %q, not b, after b's second grant: the first lease's release by owner took it away", i, owner)
-				}
-			}
-			if _, err := qb.Release(ctx, driver.Lease{Name: name, Owner: "b", Token: g.Token, Handle: g.Handle, TTL: ttl}); err != nil {
-				t.Fatal(err)
-			}
+			nextGrantKept(t, bs, qb, ln, reqB, "the first lease's release by owner")
 		})
 	}
 }

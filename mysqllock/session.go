@@ -295,12 +295,12 @@ func (r rowLock) Unlock(ctx context.Context, c pinned, name string) error {
 }
 
 // Lock implements sqlcommon.SessionSQL. It turns autocommit off and arms
-// wait_timeout, then locks the name's
-// row with FOR UPDATE NOWAIT; the transaction that read opened stays open
-// until release. (Block is the same with a locking read that waits.) The fencing counter is incremented on another pooled
-// connection in autocommit: an increment inside the held transaction would
-// be rolled back if the holder crashed, and the next holder would be handed
-// the same token again.
+// wait_timeout, then locks the name's row with FOR UPDATE NOWAIT; the
+// transaction that read opened stays open until release. (Block is the same
+// with a locking read that waits.) The fencing counter is incremented on
+// another pooled connection in autocommit: an increment inside the held
+// transaction would be rolled back if the holder crashed, and the next
+// holder would be handed the same token again.
 //
 // Between the row lock and the increment the pinned session may die (it is
 // KILLed, wait_timeout fires, the network drops it). A later holder may then
@@ -315,9 +315,9 @@ func (r rowLock) Unlock(ctx context.Context, c pinned, name string) error {
 // and once it holds the row the pinned session never waits for a lock
 // (the confirmation is NOWAIT), so no such error can occur. (Block's
 // locking read waits, but before the row is held: a timeout or deadlock
-// there ends a transaction that holds nothing.) A confirmation therefore proves the row lock was held from
-// before the increment until after it, and every later holder's increment
-// comes after ours.
+// there ends a transaction that holds nothing.) A confirmation therefore
+// proves the row lock was held from before the increment until after it,
+// and every later holder's increment comes after ours.
 func (r rowLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) (bool, uint64, error) {
 	return r.lockRow(ctx, c, req, 0)
 }

@@ -449,3 +449,88 @@ func TestWaitWithANodePaused(t *testing.T) {
 	}
 	resumed = true
 }
+
+// TestFirstWaitSubscribesAtOnce: with a node paused, a waiting Lock's
+// first wait subscribes the release channel and its grant channel at once,
+// each within the node timeout, so that it is queued on the live nodes
+// about three node timeouts after it began: its refused attempt waits out
+// the paused node twice (its answer, then the undo's release), and the
+// subscriptions once. Before, the two subscriptions came one after the
+// other: four node timeouts (4.0 s here, 3.0 s after).
+func TestFirstWaitSubscribesAtOnce(t *testing.T) {
+	srvs := testserver.RedisN(t, 3, nil)
+	const nodeTimeout = time.Second
+	open := func() *dlock.Client {
+		d, err := openTest(context.Background(), redlockURL(srvs, "node_timeout=1s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := dlock.New(d, &dlock.Options{TTL: 10 * time.Second})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	holder, waiter := open(), open()
+	name := "first-wait-paused"
+	// Both clients have reached every node before the pause.
+	for _, c := range []*dlock.Client{waiter, holder} {
+		l, err := c.NewMutex(name+"-warm", nil).TryLock(ctxT(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := holder.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[1].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = srvs[1].Resume()
+		}
+	}()
+	start := time.Now()
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.NewMutex(name, nil).Lock(ctxT(t, 30*time.Second))
+		if err == nil {
+			err = l.Unlock(context.Background())
+		}
+		got <- err
+	}()
+	queue := redisscript.KeysFor(DefaultKeyPrefix, name).Queue
+	var admins []*redis.Client
+	for _, i := range []int{0, 2} {
+		a := redis.NewClient(&redis.Options{Addr: srvs[i].Addr()})
+		defer a.Close()
+		admins = append(admins, a)
+	}
+	testwait.Until(t, 15*time.Second, "the waiter queued on the live nodes", func() bool {
+		for _, a := range admins {
+			if n, err := a.ZCard(context.Background(), queue).Result(); err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	took := time.Since(start)
+	if err := l.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter: %v", err)
+	}
+	if err := srvs[1].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	resumed = true
+	t.Logf("queued %v after the Lock began", took)
+	if took > 3*nodeTimeout+nodeTimeout/2 {
+		t.Errorf("the waiter was queued %v after its Lock began; want about 3 node timeouts (%v)", took, 3*nodeTimeout)
+	}
+}

@@ -115,13 +115,24 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 			if w == nil {
 				w = newW()
 			}
+			// The release channel and the grant channel are subscribed at
+			// once: with a node that does not answer, each costs the node
+			// timeout.
+			var grantsDone chan struct{}
+			if score == 0 {
+				grantsDone = make(chan struct{})
+				go func() {
+					defer close(grantsDone)
+					d.subscribeGrants(ctx)
+				}()
+			}
 			fresh, err := d.listen(ctx, k.Channel, req.Owner, w)
 			if err == nil {
 				listening = true
 			}
 			if score == 0 {
 				score = time.Now().UnixMilli()
-				d.subscribeGrants(ctx)
+				<-grantsDone
 				continue // the next attempt queues the waiter
 			}
 			if fresh {

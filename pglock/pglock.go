@@ -145,6 +145,10 @@ type store struct {
 	// ModeRowLock before the fencing counter is incremented, in
 	// ModeAdvisory after the one statement that does both.
 	testHookLocked func(ctx context.Context, c *pinned)
+	// testHookBlockErr, set only by tests before first use, may replace
+	// the outcome of a ModeAdvisory waiting turn's statement (nil when it
+	// was granted), as the server's timeout racing a grant can.
+	testHookBlockErr func(err error) error
 }
 
 var _ interface {

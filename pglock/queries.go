@@ -20,7 +20,7 @@ type queries struct {
 	advisoryAcquireNew, advisoryAcquireNew13 string
 	// advisoryBlock and advisoryBlock13 wait for the lock (advisory.Block);
 	// advisoryEnsure makes sure of a name's row before the first of them.
-	advisoryBlock, advisoryBlock13, advisoryEnsure                        string
+	advisoryBlock, advisoryBlock13, advisoryEnsure, advisoryUnlockLeft    string
 	advisoryPingMarked, advisoryPingMarked13                              string
 	createTokens, createTokenFloor, hasTokens, migrateTokens, raiseTokens string
 
@@ -161,6 +161,11 @@ RETURNING l.name, l.owner, l.fence`)
 	q.advisoryBlock = r.Replace(acquire + `current_setting('idle_session_timeout'), set_config('idle_session_timeout', $2, false)` + blocking("3"))
 	q.advisoryBlock13 = r.Replace(acquire + `'', ''` + blocking("2"))
 	q.advisoryEnsure = insertName("1")
+	// A waiting turn that failed may still have been granted the lock (see
+	// advisory.Block): give it up if this session holds it, without the
+	// WARNING pg_advisory_unlock raises for a lock not held.
+	q.advisoryUnlockLeft = `SELECT pg_advisory_unlock($1) FROM pg_locks
+WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1`
 	q.advisoryAcquireNew = newRow("3") + q.advisoryAcquire
 	q.advisoryAcquireNew13 = newRow("2") + q.advisoryAcquire13
 	q.createTokens = r.Replace(`CREATE SEQUENCE IF NOT EXISTS $T_tokens MINVALUE 1`)

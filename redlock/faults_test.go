@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -379,29 +380,7 @@ func TestWaitWithANodePaused(t *testing.T) {
 	const ttl = 2 * time.Second
 	holder, waiter := newClient(t, srvs, ttl), newClient(t, srvs, ttl)
 	name := "wait-paused"
-	// Both clients have reached every node before the pause.
-	for _, c := range []*dlock.Client{waiter, holder} {
-		l, err := c.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Unlock(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l, err := holder.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srvs[1].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = srvs[1].Resume()
-		}
-	}()
+	l, resume := holdWithNodePaused(t, srvs, holder, waiter, name)
 	const nodeTimeout = 300 * time.Millisecond // testNodeTimeout
 	for i := range 2 {
 		testwait.EndsWithDeadline(t, 500*time.Millisecond, nodeTimeout, fmt.Sprintf("Lock %d while held", i), func(ctx context.Context) error {
@@ -444,10 +423,7 @@ func TestWaitWithANodePaused(t *testing.T) {
 	if err := o.l.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := srvs[1].Resume(); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 }
 
 // TestFirstWaitSubscribesAtOnce: with a node paused, a waiting Lock's
@@ -471,29 +447,7 @@ func TestFirstWaitSubscribesAtOnce(t *testing.T) {
 	}
 	holder, waiter := open(), open()
 	name := "first-wait-paused"
-	// Both clients have reached every node before the pause.
-	for _, c := range []*dlock.Client{waiter, holder} {
-		l, err := c.NewMutex(name+"-warm", nil).TryLock(ctxT(t, 5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Unlock(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l, err := holder.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srvs[1].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = srvs[1].Resume()
-		}
-	}()
+	l, resume := holdWithNodePaused(t, srvs, holder, waiter, name)
 	start := time.Now()
 	got := make(chan error, 1)
 	go func() {
@@ -525,12 +479,42 @@ func TestFirstWaitSubscribesAtOnce(t *testing.T) {
 	if err := <-got; err != nil {
 		t.Fatalf("the waiter: %v", err)
 	}
-	if err := srvs[1].Resume(); err != nil {
-		t.Fatal(err)
-	}
-	resumed = true
+	resume()
 	t.Logf("queued %v after the Lock began", took)
 	if took > 3*nodeTimeout+nodeTimeout/2 {
 		t.Errorf("the waiter was queued %v after its Lock began; want about 3 node timeouts (%v)", took, 3*nodeTimeout)
 	}
+}
+
+// holdWithNodePaused has holder take name, once both clients have reached
+// every node, and then pauses srvs[1]. It returns the holder's lease and
+// resume, which resumes the node (at the test's end too, if not called).
+func holdWithNodePaused(t *testing.T, srvs []*testserver.Server, holder, waiter *dlock.Client, name string) (*dlock.Lease, func()) {
+	t.Helper()
+	for _, c := range []*dlock.Client{waiter, holder} {
+		l, err := c.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := holder.NewMutex(name, nil).TryLock(ctxT(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srvs[1].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume := func() {
+		once.Do(func() {
+			if err := srvs[1].Resume(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(resume)
+	return l, resume
 }

@@ -151,18 +151,11 @@ func TestWaitWithANodePaused(t *testing.T) {
 		})
 	}
 
-	type outcome struct {
-		l   *dlock.Lease
-		err error
-		at  time.Time
-	}
-	got := make(chan outcome, 1)
-	go func() {
+	got := testwait.Go(func() (*dlock.Lease, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		l, err := waiter.NewMutex(name, nil).Lock(ctx)
-		got <- outcome{l, err, time.Now()}
-	}()
+		return waiter.NewMutex(name, nil).Lock(ctx)
+	})
 	opt, err := redis.ParseURL(nodes[0].url)
 	if err != nil {
 		t.Fatal(err)
@@ -177,14 +170,14 @@ func TestWaitWithANodePaused(t *testing.T) {
 	unlock(t, l)
 	released := time.Now()
 	o := <-got
-	if o.err != nil {
-		t.Fatalf("the waiter, after the release: %v", o.err)
+	if o.Err != nil {
+		t.Fatalf("the waiter, after the release: %v", o.Err)
 	}
-	log.add(t, o.l, "waiter, node 1 paused")
-	if d := o.at.Sub(released); d > 2*time.Second {
+	log.add(t, o.V, "waiter, node 1 paused")
+	if d := o.At.Sub(released); d > 2*time.Second {
 		t.Errorf("the waiter was granted %v after the release", d)
 	}
-	unlock(t, o.l)
+	unlock(t, o.V)
 	if err := nodes[1].srv.Resume(); err != nil {
 		t.Fatal(err)
 	}

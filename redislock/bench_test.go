@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"sort"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock/dlock/driver"
-	"github.com/dlock/dlock/internal/redisscript/redistest"
 	"github.com/dlock/dlock/internal/testserver"
 )
 
@@ -98,11 +96,4 @@ func p50(ds []time.Duration) time.Duration {
 	c := append([]time.Duration(nil), ds...)
 	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
 	return c[len(c)/2]
-}
-
-// BenchmarkFairness: see redistest.BenchFairness.
-func BenchmarkFairness(b *testing.B) {
-	srv := testserver.Redis(b, nil)
-	u, _ := url.Parse(srv.URL())
-	redistest.BenchFairness(b, func(ctx context.Context) (driver.Driver, error) { return OpenURL(ctx, u) })
 }

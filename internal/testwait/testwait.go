@@ -44,3 +44,21 @@ func EndsWithDeadline(t testing.TB, wait, slack time.Duration, what string, f fu
 		t.Errorf("%s, with a %v context, returned after %v (slack %v)", what, wait, took, slack)
 	}
 }
+
+// Outcome is what a call run by Go returned, and when it returned.
+type Outcome[T any] struct {
+	V   T
+	Err error
+	At  time.Time
+}
+
+// Go runs f on a goroutine of its own and delivers its outcome on the
+// returned channel (buffered: the goroutine never blocks on it).
+func Go[T any](f func() (T, error)) <-chan Outcome[T] {
+	out := make(chan Outcome[T], 1)
+	go func() {
+		v, err := f()
+		out <- Outcome[T]{V: v, Err: err, At: time.Now()}
+	}()
+	return out
+}

@@ -65,3 +65,11 @@ func TestEndsWithDeadline(t *testing.T) {
 		t.Errorf("%d failures for a call that returned 40 ms past its slack, want 1", r.errs)
 	}
 }
+
+func TestGo(t *testing.T) {
+	before := time.Now()
+	o := <-Go(func() (int, error) { return 7, errors.New("e") })
+	if o.V != 7 || o.Err == nil || o.Err.Error() != "e" || o.At.Before(before) {
+		t.Fatalf("outcome %+v", o)
+	}
+}

@@ -120,8 +120,7 @@ type Driver struct {
 	leaseSig *leaseSignals
 	lease    *leases            // ModeLease's Locker; nil in the session modes
 	watches  *sqlcommon.Watches // waiters' waits for signals
-	// stand is the session modes' stand-back after a contended release
-	// (see standBack); nil in ModeLease.
+	// stand is the stand-back after a contended release (see standBack).
 	stand *standBack
 	// testHookStandBack, set only by tests before first use, runs when an
 	// attempt starts to stand back.
@@ -192,8 +191,10 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 		locker = d.sess
 	}
 	if d.sess != nil {
-		d.stand = newStandBack()
+		d.stand = newStandBack(newRefusals())
 		st.losses = newConnLosses()
+	} else {
+		d.stand = newStandBack(d.leaseSig.refusals)
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
 	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)
@@ -258,11 +259,11 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	g, err := d.base.TryAcquire(ctx, req)
 	if err == nil {
 		g.Key = key
-		if d.stand != nil && g.Count == 1 {
-			d.stand.granted(req.Name, g.Token)
+		if g.Count == 1 {
+			d.stand.granted(req, g.Token)
 		}
-	} else if d.stand != nil && errors.Is(err, driver.ErrLocked) {
-		d.stand.refusals.add(req.Name)
+	} else if errors.Is(err, driver.ErrLocked) {
+		d.stand.refused(req)
 	}
 	return g, err
 }
@@ -311,19 +312,18 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	if err == nil {
 		g.Key = key
 		if g.Count == 1 {
-			d.stand.granted(req.Name, g.Token)
+			d.stand.granted(req, g.Token)
 			d.stand.refusals.forget(req.Name)
 		}
 	}
 	return g, err
 }
 
-// Release implements driver.Driver. In the session modes, the last release
-// of a contended mutex makes this driver stand back from it for a moment
-// (see standBack).
+// Release implements driver.Driver. The last release of a contended mutex
+// makes this driver stand back from it for a moment (see standBack).
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	n, err := d.base.Release(ctx, l)
-	if err == nil && n == 0 && d.stand != nil && l.Kind == driver.Exclusive && l.Token != 0 {
+	if err == nil && n == 0 && l.Kind == driver.Exclusive && l.Token != 0 {
 		d.stand.released(l.Name, l.Token, d.watches.Watching(l.Name))
 	}
 	return n, err

@@ -11,7 +11,7 @@ import (
 	"github.com/dlock/dlock/internal/testwait"
 )
 
-// TestStandBack: in the session modes, a driver that releases a lock it
+// TestStandBack: in every mode, a driver that releases a lock it
 // was lately refused by the server (another driver competes for it) holds
 // its own next attempt back for a moment, so the other contender gets the
 // lock rather than the releaser looping back; once a stand-back gave the
@@ -19,7 +19,7 @@ import (
 // the releaser stops standing back, and a driver that was never refused
 // the name never stands back.
 func TestStandBack(t *testing.T) {
-	for _, mode := range []Mode{ModeGetLock, ModeRowLock} {
+	for _, mode := range []Mode{ModeLease, ModeGetLock, ModeRowLock} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
 			h := newTestHarness(t, mode)
@@ -119,6 +119,69 @@ func TestStandBack(t *testing.T) {
 			release(a, reqA, take(a, reqA))
 			if n := standing.Load(); n != 2 {
 				t.Fatalf("a stood back %d times, want 2: again after a stand-back that gave the lock to nobody", n)
+			}
+		})
+	}
+}
+
+// TestStandBackSparesWaiters: a waiting Lock the server refused does not
+// stand back when its driver releases the lock: its retry answers the
+// wake-up of that very release (here a goroutine of the same driver), and
+// it takes the lock at once, while a new Lock of that driver stands back.
+// (Both of these drivers' Locks run without their waiting loop, one
+// attempt after another.)
+func TestStandBackSparesWaiters(t *testing.T) {
+	for _, mode := range []Mode{ModeLease, ModeGetLock} {
+		t.Run(string(mode), func(t *testing.T) {
+			ctx := context.Background()
+			h := newTestHarness(t, mode)
+			d0, err := h.NewDriver(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d0.Close()
+			d := d0.(*Driver)
+			var standing atomic.Int64
+			d.testHookStandBack = func() { standing.Add(1) }
+			name := randomName("spare")
+			holder := driver.AcquireRequest{Name: name, Owner: "holder", TTL: time.Minute, Waiting: true}
+			waiter := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: time.Minute, Waiting: true}
+			g, err := d.TryAcquire(ctx, holder)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.TryAcquire(ctx, waiter); !errors.Is(err, driver.ErrLocked) {
+				t.Fatalf("the waiter's first attempt: %v, want ErrLocked", err)
+			}
+			if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: holder.Owner, Token: g.Token, Handle: g.Handle, TTL: holder.TTL}); err != nil {
+				t.Fatal(err)
+			}
+			gw, err := d.TryAcquire(ctx, waiter)
+			if err != nil {
+				t.Fatalf("the waiter's retry: %v", err)
+			}
+			if n := standing.Load(); n != 0 {
+				t.Fatalf("the refused waiter's retry stood back (%d)", n)
+			}
+			// Contended again (late is refused while the waiter holds): a
+			// new Lock right after the release stands back.
+			late := driver.AcquireRequest{Name: name, Owner: "late", TTL: time.Minute, Waiting: true}
+			if _, err := d.TryAcquire(ctx, late); !errors.Is(err, driver.ErrLocked) {
+				t.Fatalf("late's attempt: %v, want ErrLocked", err)
+			}
+			if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: waiter.Owner, Token: gw.Token, Handle: gw.Handle, TTL: waiter.TTL}); err != nil {
+				t.Fatal(err)
+			}
+			next := driver.AcquireRequest{Name: name, Owner: "next", TTL: time.Minute, Waiting: true}
+			gn, err := d.TryAcquire(ctx, next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := standing.Load(); n != 1 {
+				t.Fatalf("a new Lock after a contended release stood back %d times, want 1", n)
+			}
+			if _, err := d.Release(ctx, driver.Lease{Name: name, Owner: next.Owner, Token: gn.Token, Handle: gn.Handle, TTL: next.TTL}); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

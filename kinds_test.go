@@ -171,34 +171,47 @@ func TestWaitingWriterKeepsItsMarkFresh(t *testing.T) {
 	_ = lr.Unlock(context.Background())
 }
 
-func TestWaitingFlagOnlyOnWaitingWrites(t *testing.T) {
+// TestWaitingFlag: AcquireRequest.Waiting is set on the attempts of a
+// waiting Lock of a mutex or a write lock, never on a TryLock, a read lock
+// or a semaphore; a mutex waiter that gives up is not withdrawn (it leaves
+// no mark).
+func TestWaitingFlag(t *testing.T) {
 	b := memlock.NewBackend()
 	c, rec := newRecorder(t, b, &dlock.Options{TTL: time.Second})
 	ctx := context.Background()
 	rw := c.NewRWMutex("rw", nil)
-	for _, f := range []func(context.Context) (*dlock.Lease, error){rw.TryRLock, rw.TryLock, rw.RLock, c.NewSemaphore("s", 1, nil).Acquire} {
+	m := c.NewMutex("m", nil)
+	for _, f := range []func(context.Context) (*dlock.Lease, error){rw.TryRLock, rw.TryLock, rw.RLock, c.NewSemaphore("s", 1, nil).Acquire, m.TryLock, m.Lock, rw.Lock} {
 		l, err := f(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_ = l.Unlock(ctx)
 	}
-	l, err := rw.Lock(ctx)
+	held, err := m.Lock(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = l.Unlock(ctx)
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.NewMutex("m", nil).Lock(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock of a held mutex = %v, want DeadlineExceeded", err)
+	}
+	_ = held.Unlock(ctx)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	var kinds []string
 	for i, r := range rec.reqs {
 		kinds = append(kinds, r.Kind.String())
-		if r.Waiting != (i == len(rec.reqs)-1) {
-			t.Fatalf("request %d (%s) Waiting = %v; only the waiting write sets it", i, r.Kind, r.Waiting)
+		if want := i >= 5; r.Waiting != want {
+			t.Fatalf("request %d (%s) Waiting = %v, want %v: only waiting Locks of mutexes and writes set it", i, r.Kind, r.Waiting, want)
 		}
 	}
-	if want := []string{"read", "write", "read", "permit", "write"}; !slices.Equal(kinds, want) {
-		t.Fatalf("request kinds %v, want %v", kinds, want)
+	if want := []string{"read", "write", "read", "permit", "mutex", "mutex", "write", "mutex", "mutex"}; len(kinds) < len(want) || !slices.Equal(kinds[:len(want)], want) {
+		t.Fatalf("request kinds %v, want %v then the refused waiter's attempts", kinds, want)
+	}
+	if len(rec.withdrawn) != 0 {
+		t.Fatalf("withdrawn %v: a mutex waiter leaves no mark to withdraw", rec.withdrawn)
 	}
 	if rec.reqs[3].Permits != 1 {
 		t.Fatalf("semaphore request Permits = %d, want 1", rec.reqs[3].Permits)

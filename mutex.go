@@ -206,7 +206,10 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 		r.owner, r.generated = newOwner(), true
 	}
 	req := driver.AcquireRequest{Name: m.name, Owner: r.owner, TTL: r.ttl, LockDelay: r.delay,
-		Kind: m.kind, Permits: m.permits, Waiting: wait && m.kind == driver.Write}
+		Kind: m.kind, Permits: m.permits, Waiting: wait && (m.kind == driver.Write || m.kind == driver.Exclusive)}
+	// writer: a waiting writer leaves a mark that it withdraws (see
+	// driver.Withdrawer).
+	writer := req.Waiting && req.Kind == driver.Write
 	waitOp, op := ops(m.kind)
 	if wait {
 		op = waitOp
@@ -237,7 +240,7 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 		lastErr error // the last backend error a waiting Lock retried
 		granted bool
 	)
-	if req.Waiting {
+	if writer {
 		// A waiting writer that gives up withdraws its mark, so that it
 		// does not hold new readers back until it expires.
 		defer func() {
@@ -290,7 +293,7 @@ func (m *Mutex) acquireOp(ctx, parent context.Context, wait bool, t *opTrace) (*
 			// A grant of the failed attempt may linger under the old
 			// owner until its clean-up release gets through: never
 			// re-enter it by accident.
-			if req.Waiting {
+			if writer {
 				c.withdraw(parent, req) // the old owner's waiting mark
 			}
 			r.owner = newOwner()
@@ -635,7 +638,7 @@ func (m *Mutex) tryLoop(cw *closeWatch, req driver.AcquireRequest, r resolved, w
 		} else if notify != nil {
 			d = r.waitMax
 		}
-		if req.Waiting {
+		if req.Waiting && req.Kind == driver.Write {
 			// A waiting writer's mark lives about one TTL from its last
 			// refused attempt: retry often enough to keep it fresh.
 			d = min(d, max(r.ttl/3, time.Millisecond))

@@ -127,9 +127,12 @@ type AcquireRequest struct {
 	// count, so a semaphore can be resized once its holders have stopped.
 	Permits int
 	// Waiting is set when the caller will keep trying until granted (a
-	// waiting Lock), not for a one-shot TryLock. A refused Write request
-	// with Waiting set records the waiting writer (see Withdrawer); other
-	// kinds may ignore it.
+	// waiting Lock of a mutex or a write lock), not for a one-shot TryLock.
+	// A refused Write request with Waiting set records the waiting writer
+	// (see Withdrawer). For a mutex it is a hint: a driver may tell the
+	// attempts of a waiter it refused (the same Name and Owner, answering
+	// a wake-up) from a new Lock, and hold back only the latter after a
+	// contended release (a stand-back); a mutex waiter is never withdrawn.
 	Waiting bool
 }
 

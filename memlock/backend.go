@@ -29,6 +29,9 @@ type entry struct {
 	expires    time.Time // server time; zero when free
 	delayUntil time.Time // lock-delay deadline after an expiry
 	delay      time.Duration
+	// granted, when not nil, is closed at the next grant (a Driver standing
+	// back waits on it, see standBack).
+	granted chan struct{}
 }
 
 // NewBackend returns an empty backend.
@@ -95,13 +98,16 @@ func (b *Backend) heldLocked(e *entry, now time.Time) bool {
 	return false
 }
 
-func (b *Backend) notifyLocked(name string) {
+// notifyLocked wakes every subscriber of name; it reports whether there
+// was any.
+func (b *Backend) notifyLocked(name string) bool {
 	for s := range b.subs[name] {
 		select {
 		case s.c <- struct{}{}:
 		default:
 		}
 	}
+	return len(b.subs[name]) > 0
 }
 
 // acquire grants req if name is free, or re-enters it for the same owner.
@@ -157,34 +163,55 @@ func (b *Backend) acquireMutexLocked(req driver.AcquireRequest, now time.Time) (
 	}
 	e.fence = max(e.fence, e.floor) + 1
 	e.owner, e.count = req.Owner, 1
+	if e.granted != nil {
+		close(e.granted)
+		e.granted = nil
+	}
 	e.expires = now.Add(req.TTL)
 	e.delay = req.LockDelay
 	e.delayUntil = time.Time{}
 	return driver.Grant{Token: e.fence, Count: 1}, nil
 }
 
-// release gives up one hold of l; it returns the holds left.
-func (b *Backend) release(l driver.Lease) (int, error) {
+// nextGrant returns a channel closed at name's next mutex grant.
+func (b *Backend) nextGrant(name string) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	e := b.locks[name]
+	if e == nil {
+		e = &entry{}
+		b.locks[name] = e
+	}
+	if e.granted == nil {
+		e.granted = make(chan struct{})
+	}
+	return e.granted
+}
+
+// release gives up one hold of l; it returns the holds left, and whether
+// the last release of a mutex woke subscribers.
+func (b *Backend) release(l driver.Lease) (int, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls["release"]++
 	switch l.Kind {
 	case driver.Read, driver.Write:
-		return b.releaseRWLocked(l)
+		n, err := b.releaseRWLocked(l)
+		return n, false, err
 	case driver.Permit:
-		return b.releaseSemLocked(l)
+		n, err := b.releaseSemLocked(l)
+		return n, false, err
 	}
 	e := b.locks[l.Name]
 	if e == nil || !b.heldLocked(e, b.now()) || e.owner != l.Owner || (l.Token != 0 && e.fence != l.Token) {
-		return 0, fmt.Errorf("memlock: release %q: %w", l.Name, driver.ErrNotHeld)
+		return 0, false, fmt.Errorf("memlock: release %q: %w", l.Name, driver.ErrNotHeld)
 	}
 	e.count--
 	if e.count > 0 {
-		return e.count, nil
+		return e.count, false, nil
 	}
 	e.owner, e.expires, e.delayUntil = "", time.Time{}, time.Time{}
-	b.notifyLocked(l.Name)
-	return 0, nil
+	return 0, b.notifyLocked(l.Name), nil
 }
 
 // renew extends every lease of ls that its owner still holds.

@@ -59,6 +59,11 @@ type Driver struct {
 	killed bool
 	closed bool
 	subs   map[*sub]struct{}
+	// yields and waiting are the stand-back's (see standBack): until when
+	// the driver stands back from each name, and the refused waiting Locks
+	// (name and owner) that are exempt.
+	yields  map[string]time.Time
+	waiting map[string]struct{}
 }
 
 // Backend returns the backend the driver talks to.
@@ -175,12 +180,18 @@ func (d *Driver) gate(ctx context.Context, op string) error {
 	return ctx.Err()
 }
 
-// TryAcquire implements driver.Driver.
+// TryAcquire implements driver.Driver. Right after this driver's release
+// of a mutex that had waiters, a new attempt on it is delayed up to 2ms
+// (see standBack).
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if err := d.standBack(ctx, req); err != nil {
+		return driver.Grant{}, err
+	}
 	if err := d.gate(ctx, "acquire"); err != nil {
 		return driver.Grant{}, err
 	}
 	g, err := d.b.acquire(req)
+	d.acquired(req, g, err)
 	if lerr := d.lost("acquire"); lerr != nil {
 		return driver.Grant{}, lerr
 	}
@@ -195,7 +206,10 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if err := d.gate(ctx, "release"); err != nil {
 		return 0, err
 	}
-	n, err := d.b.release(l)
+	n, woke, err := d.b.release(l)
+	if woke {
+		d.releasedContended(l.Name)
+	}
 	if lerr := d.lost("release"); lerr != nil {
 		return 0, lerr
 	}

@@ -25,12 +25,22 @@ func Wrap(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
+	return fmt.Errorf("%s: %w", what, With(ctx, err))
+}
+
+// With is Wrap without the prefix: err itself, or, when ctx is done (its
+// deadline passed counts) and err does not already wrap ctx's error, both
+// ("context deadline exceeded: err"). With(ctx, nil) is nil.
+func With(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
 	cerr := ctx.Err()
 	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
 		cerr = context.DeadlineExceeded
 	}
 	if cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%s: %w: %w", what, cerr, err)
+		return fmt.Errorf("%w: %w", cerr, err)
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return err
 }

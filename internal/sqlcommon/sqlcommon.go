@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/ctxerr"
 )
 
 // DefaultTable is the lock table's name when Options.Table is empty.
@@ -130,7 +131,9 @@ func withWait[T any](ws *waits, ctx context.Context, what, hint string, stats fu
 		}
 		inUse, size := stats()
 		var zero T
-		return zero, PoolError(what, err, timedOut, inUse, size, hint)
+		// A get that failed in its own words (a dial's i/o timeout) as
+		// ctx's deadline passed reports that deadline too.
+		return zero, PoolError(what, ctxerr.With(ctx, err), timedOut, inUse, size, hint)
 	}
 	return v, nil
 }

@@ -285,3 +285,21 @@ func TestHoldsExpireTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolWaitPastDeadline: a call that fails in its own words (a dial's
+// "i/o timeout") once the caller's deadline has passed reports that
+// deadline as well, so a waiting Lock cut off by its context ends with the
+// context's error and does not take it for a backend failure to retry
+// (seen in mysqllock's TestCancelAsWaitEnds under load: a dial for the
+// pinned connection timed out at the Lock's 1 ms deadline).
+func TestPoolWaitPastDeadline(t *testing.T) {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	ioTimeout := errors.New("dial tcp 127.0.0.1:1: i/o timeout")
+	_, err := WithPoolWait(ctx, "x: pinning a connection", "hint",
+		func() (int, int) { return 0, 4 },
+		func(context.Context) (int, error) { return 0, ioTimeout })
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ioTimeout) {
+		t.Fatalf("WithPoolWait = %v, want the context's deadline and the call's own error", err)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/internal/standback"
 )
 
 var (
@@ -38,7 +39,7 @@ var ErrInjected = errors.New("memlock: injected failure")
 
 // NewDriver returns a driver connected to b, playing one client process.
 func (b *Backend) NewDriver() *Driver {
-	return &Driver{b: b, resume: make(chan struct{})}
+	return &Driver{b: b, resume: make(chan struct{}), stand: standback.New()}
 }
 
 // Driver is a client of a Backend. It implements driver.Driver,
@@ -59,11 +60,9 @@ type Driver struct {
 	killed bool
 	closed bool
 	subs   map[*sub]struct{}
-	// yields and waiting are the stand-back's (see standBack): until when
-	// the driver stands back from each name, and the refused waiting Locks
-	// (name and owner) that are exempt.
-	yields  map[string]time.Time
-	waiting map[string]struct{}
+	// stand is the stand-back after a release that woke subscribers (see
+	// standback.go).
+	stand *standback.StandBack
 }
 
 // Backend returns the backend the driver talks to.
@@ -184,14 +183,18 @@ func (d *Driver) gate(ctx context.Context, op string) error {
 // of a mutex that had waiters, a new attempt on it is delayed up to 2ms
 // (see standBack).
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := d.standBack(ctx, req); err != nil {
+	if err := d.stand.Wait(ctx, req, func() <-chan struct{} { return d.b.nextGrant(req.Name) }); err != nil {
 		return driver.Grant{}, err
 	}
 	if err := d.gate(ctx, "acquire"); err != nil {
 		return driver.Grant{}, err
 	}
 	g, err := d.b.acquire(req)
-	d.acquired(req, g, err)
+	if err == nil && g.Count == 1 {
+		d.stand.Granted(req, g.Token)
+	} else if errors.Is(err, driver.ErrLocked) {
+		d.stand.Refused(req)
+	}
 	if lerr := d.lost("acquire"); lerr != nil {
 		return driver.Grant{}, lerr
 	}
@@ -208,7 +211,7 @@ func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	}
 	n, woke, err := d.b.release(l)
 	if woke {
-		d.releasedContended(l.Name)
+		d.stand.Released(l.Name, l.Token)
 	}
 	if lerr := d.lost("release"); lerr != nil {
 		return 0, lerr

@@ -76,6 +76,7 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sqlcommon"
+	"github.com/dlock/dlock/internal/standback"
 )
 
 // Mode selects how locks are held. See the package documentation.
@@ -120,11 +121,10 @@ type Driver struct {
 	leaseSig *leaseSignals
 	lease    *leases            // ModeLease's Locker; nil in the session modes
 	watches  *sqlcommon.Watches // waiters' waits for signals
-	// stand is the stand-back after a contended release (see standBack).
-	stand *standBack
-	// testHookStandBack, set only by tests before first use, runs when an
-	// attempt starts to stand back.
-	testHookStandBack func()
+	// stand is the stand-back after a contended release, and refusals
+	// its sign of contention (see standback.go).
+	stand    *standback.StandBack
+	refusals *refusals
 	// held tells Inspect which of the listed locks are held.
 	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
 }
@@ -190,11 +190,12 @@ func newDriver(db *sql.DB, own bool, opts *Options) (*Driver, error) {
 		d.sess, d.held = sqlcommon.NewSessions[pinned]("mysqllock", cfg.Mode, r), r.held
 		locker = d.sess
 	}
+	d.stand = standback.New()
 	if d.sess != nil {
-		d.stand = newStandBack(newRefusals())
+		d.refusals = newRefusals()
 		st.losses = newConnLosses()
 	} else {
-		d.stand = newStandBack(d.leaseSig.refusals)
+		d.refusals = d.leaseSig.refusals
 	}
 	d.base = sqlcommon.NewBase("mysqllock", locker, d.createSchema)
 	d.watches = sqlcommon.NewWatches(st.openWaiter, st.watchLimit)
@@ -250,7 +251,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, d.unsupported(req.Kind)
 	}
-	if err := d.standBackFor(ctx, req); err != nil {
+	if err := d.stand.Wait(ctx, req, nil); err != nil {
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: %w", err)
 	}
 	// What the driver keeps of a held lock's name (the lease signals' map
@@ -259,11 +260,12 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	g, err := d.base.TryAcquire(ctx, req)
 	if err == nil {
 		g.Key = key
-		if g.Count == 1 {
-			d.stand.granted(req, g.Token)
+		if g.Count == 1 && d.stand.Granted(req, g.Token) {
+			d.refusals.forget(req.Name)
 		}
 	} else if errors.Is(err, driver.ErrLocked) {
-		d.stand.refused(req)
+		d.refusals.add(req.Name)
+		d.stand.Refused(req)
 	}
 	return g, err
 }
@@ -299,7 +301,7 @@ func (d *Driver) Queues(req driver.AcquireRequest) bool {
 // that a lease counted from the turn's send time keeps two thirds of it.
 // When ctx ends, the wait is ended by KILL QUERY and nothing is left held.
 // A grant made this way takes the name off the driver's contended list:
-// waiters waiting in the server need no stand-back (see standBack).
+// waiters waiting in the server need no stand-back (see standback.go).
 func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if d.mode == ModeLease || req.Kind != driver.Exclusive || (d.mode == ModeRowLock && req.TTL/3 < time.Second) {
 		return driver.Grant{}, fmt.Errorf("mysqllock: acquire: mode %s waits by its signal, not in the server, for this request: %w", d.mode, driver.ErrUnsupported)
@@ -312,19 +314,21 @@ func (d *Driver) Acquire(ctx context.Context, req driver.AcquireRequest) (driver
 	if err == nil {
 		g.Key = key
 		if g.Count == 1 {
-			d.stand.granted(req, g.Token)
-			d.stand.refusals.forget(req.Name)
+			d.stand.Granted(req, g.Token)
+			d.refusals.forget(req.Name)
 		}
 	}
 	return g, err
 }
 
 // Release implements driver.Driver. The last release of a contended mutex
-// makes this driver stand back from it for a moment (see standBack).
+// makes this driver stand back from it for a moment (see standback.go).
 func (d *Driver) Release(ctx context.Context, l driver.Lease) (int, error) {
 	n, err := d.base.Release(ctx, l)
 	if err == nil && n == 0 && l.Kind == driver.Exclusive && l.Token != 0 {
-		d.stand.released(l.Name, l.Token, d.watches.Watching(l.Name))
+		if d.watches.Watching(l.Name) || d.refusals.recent(l.Name) {
+			d.stand.Released(l.Name, l.Token)
+		}
 	}
 	return n, err
 }

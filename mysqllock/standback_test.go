@@ -37,7 +37,7 @@ func TestStandBack(t *testing.T) {
 			// An attempt that stands back waits on hold, when set, so the
 			// test can act within its stand-back however slow the machine.
 			var hold atomic.Pointer[chan struct{}]
-			a.testHookStandBack = func() {
+			a.stand.TestHook = func() {
 				standing.Add(1)
 				if c := hold.Load(); c != nil {
 					<-*c
@@ -142,7 +142,7 @@ func TestStandBackSparesWaiters(t *testing.T) {
 			defer d0.Close()
 			d := d0.(*Driver)
 			var standing atomic.Int64
-			d.testHookStandBack = func() { standing.Add(1) }
+			d.stand.TestHook = func() { standing.Add(1) }
 			name := randomName("spare")
 			holder := driver.AcquireRequest{Name: name, Owner: "holder", TTL: time.Minute, Waiting: true}
 			waiter := driver.AcquireRequest{Name: name, Owner: "waiter", TTL: time.Minute, Waiting: true}

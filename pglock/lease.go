@@ -10,11 +10,16 @@ import (
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/ctxerr"
 	"github.com/dlock/dlock/internal/sqlcommon"
+	"github.com/dlock/dlock/internal/standback"
 )
 
 // leases is the Locker of ModeLease: one row per name in the lock table,
-// expiry decided by the server's now().
-type leases struct{ *store }
+// expiry decided by the server's now(). A release that NOTIFYs waiters
+// starts a stand-back on stand.
+type leases struct {
+	*store
+	stand *standback.StandBack
+}
 
 var _ sqlcommon.Locker = leases{}
 
@@ -65,7 +70,9 @@ func (d leases) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driv
 }
 
 // Release implements sqlcommon.Locker; a release to zero NOTIFYs waiters,
-// if any driver marks the name as waited for, in the same statement.
+// if any driver marks the name as waited for, in the same statement, and
+// then this driver stands back from the name for a moment (see
+// standback.StandBack): it knows from the statement that someone waits.
 func (d leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 	if l.Kind != driver.Exclusive {
 		return d.releaseKind(ctx, l)
@@ -80,6 +87,9 @@ func (d leases) Release(ctx context.Context, l driver.Lease) (int, error) {
 			return 0, fmt.Errorf("pglock: release: %w", driver.ErrNotHeld)
 		}
 		return 0, ctxerr.Wrap(ctx, "pglock: release", err)
+	}
+	if remaining == 0 && notified != nil && *notified {
+		d.stand.Released(l.Name, l.Token)
 	}
 	return remaining, nil
 }

@@ -85,6 +85,7 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sqlcommon"
+	"github.com/dlock/dlock/internal/standback"
 )
 
 // Mode selects how locks are held. See the package documentation.
@@ -128,6 +129,10 @@ type Driver struct {
 	// held tells Inspect which of the listed locks are held.
 	held func(ctx context.Context, prefix string, out []driver.LockInfo) ([]bool, error)
 	ln   *listener
+	// stand holds ModeLease's new attempts back after a release that
+	// woke waiters (see standback.StandBack); nil in the session modes,
+	// whose waiters wait in the server.
+	stand *standback.StandBack
 }
 
 // store is what every mode's SQL runs on.
@@ -182,7 +187,8 @@ func newDriver(pool *pgxpool.Pool, own bool, opts *Options) (*Driver, error) {
 	var locker sqlcommon.Locker
 	switch d.mode {
 	case ModeLease:
-		l := leases{st}
+		d.stand = standback.New()
+		l := leases{store: st, stand: d.stand}
 		locker, d.held = l, sqlcommon.Unexpired
 	case ModeAdvisory:
 		a := advisory{session{st}}
@@ -329,9 +335,21 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if !d.SupportsKind(req.Kind) {
 		return driver.Grant{}, d.unsupported(req.Kind)
 	}
+	if d.stand != nil {
+		if err := d.stand.Wait(ctx, req, nil); err != nil {
+			return driver.Grant{}, fmt.Errorf("pglock: acquire: %w", err)
+		}
+	}
 	g, err := d.base.TryAcquire(ctx, req)
 	if err == nil {
 		g.Key = sqlcommon.GrantKey(d.table, req)
+	}
+	if d.stand != nil {
+		if err == nil && g.Count == 1 {
+			d.stand.Granted(req, g.Token)
+		} else if errors.Is(err, driver.ErrLocked) {
+			d.stand.Refused(req)
+		}
 	}
 	return g, err
 }

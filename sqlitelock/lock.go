@@ -22,7 +22,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if req.Kind != driver.Exclusive {
 		return d.acquireKind(ctx, req)
 	}
-	if left := d.sig.yielding(req.Name); left > 0 {
+	if left := d.sig.yielding(req.Name); left > 0 && !d.stand.Exempt(req) {
 		return driver.Grant{}, &driver.LockedError{RetryAfter: left}
 	}
 	ttl, delay := ms(req.TTL), ms(req.LockDelay)
@@ -37,6 +37,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	if err == nil {
 		if count == 1 {
 			d.sig.grant(req.Name, req.Owner)
+			d.stand.Granted(req, uint64(fence))
 		}
 		return driver.Grant{Token: uint64(fence), Count: count, TTL: time.Duration(ttl) * time.Millisecond, Key: sqlcommon.GrantKey(d.name(), req)}, nil
 	}
@@ -50,6 +51,7 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	err = d.retryBusy(ctx, func() error {
 		return d.info.QueryRowContext(ctx, req.Name).Scan(&fence, &count, &left)
 	})
+	d.stand.Refused(req)
 	le := &driver.LockedError{}
 	if err == nil {
 		le.Token = uint64(fence)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dlock/dlock/internal/openurl"
+	"github.com/dlock/dlock/internal/standback"
 )
 
 // nowMS is SQLite's clock in milliseconds since the Unix epoch. SQLite
@@ -29,7 +30,7 @@ func newDriver(ctx context.Context, db *sql.DB, own bool, opts *Options) (*Drive
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{db: db, ownDB: own, busy: busy, table: `"` + table + `"`, renewStmts: map[int]*sql.Stmt{},
+	d := &Driver{db: db, ownDB: own, busy: busy, table: `"` + table + `"`, renewStmts: map[int]*sql.Stmt{}, stand: standback.New(),
 		kinds: `"` + table + `_kinds"`, holders: `"` + table + `_holders"`}
 	var version string
 	if err := d.retryBusy(ctx, func() error {

@@ -17,6 +17,7 @@ import (
 	"github.com/dlock/dlock"
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/openurl"
+	"github.com/dlock/dlock/internal/standback"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
@@ -82,6 +83,9 @@ type Driver struct {
 	acquire, info, releaseLast, release, inspect *sql.Stmt
 
 	sig *signal // wake-up signals; nil when the database has no file
+	// stand records the waiting Locks the table refused, which are exempt
+	// from the stand-back (see signal.yielding and standback.StandBack).
+	stand *standback.StandBack
 
 	gate gate // holds statements back while quiesced (see Quiesce)
 

@@ -106,6 +106,52 @@ func TestReleaserStandsBack(t *testing.T) {
 	}
 }
 
+// TestStandBackSparesRefusedWaiter: a waiting Lock that the table refused
+// before the release (Waiting, the same owner) is not held back by its
+// driver's stand-back: it may be the very waiter the release woke. A new
+// attempt of that driver is.
+func TestStandBackSparesRefusedWaiter(t *testing.T) {
+	ctx := context.Background()
+	hn, err := newHarness(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := hn.(*harness)
+	defer h.Close()
+	var ds [2]driver.Driver
+	for i := range ds {
+		if ds[i], err = h.NewDriver(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer ds[i].Close()
+	}
+	a, b := ds[0], ds[1]
+	req := func(owner string) driver.AcquireRequest {
+		return driver.AcquireRequest{Name: "spare", Owner: owner, TTL: time.Minute, Waiting: true}
+	}
+	g, err := a.TryAcquire(ctx, req("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.(driver.Notifier).Subscribe(ctx, "spare")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := a.TryAcquire(ctx, req("waiter")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("the waiter's first attempt: %v, want ErrLocked", err)
+	}
+	if _, err := a.Release(ctx, driver.Lease{Name: "spare", Owner: "holder", Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, req("new")); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("a new attempt during the stand-back: %v, want ErrLocked", err)
+	}
+	if _, err := a.TryAcquire(ctx, req("waiter")); err != nil {
+		t.Fatalf("the refused waiter's retry during the stand-back: %v, want a grant", err)
+	}
+}
+
 // TestCompanionLayout: a name's byte is the 64-bit FNV-1a hash of the name
 // with its top two bits cleared, its waiters' byte that plus 2^62, both in
 // the shard file named by the hash modulo 64 (docs/protocol.md; other

@@ -18,7 +18,11 @@ type Backend struct {
 	sems  map[string]*semEntry // semaphores
 	skew  time.Duration
 	subs  map[string]map[*sub]struct{}
-	calls map[string]int // count of calls by operation, for tests
+	seq   uint64 // the last subscription's number
+	// standing counts, by name, the attempts standing back for its next
+	// grant (see nextGrant): waiters not subscribed yet.
+	standing map[string]int
+	calls    map[string]int // count of calls by operation, for tests
 }
 
 type entry struct {
@@ -37,7 +41,7 @@ type entry struct {
 // NewBackend returns an empty backend.
 func NewBackend() *Backend {
 	return &Backend{locks: map[string]*entry{}, rws: map[string]*rwEntry{}, sems: map[string]*semEntry{},
-		subs: map[string]map[*sub]struct{}{}, calls: map[string]int{}}
+		subs: map[string]map[*sub]struct{}{}, standing: map[string]int{}, calls: map[string]int{}}
 }
 
 func (b *Backend) now() time.Time { return time.Now().Add(b.skew) }
@@ -110,6 +114,44 @@ func (b *Backend) notifyLocked(name string) bool {
 	return len(b.subs[name]) > 0
 }
 
+// wakeRestAfter is how long a mutex release leaves the lock to the
+// longest-waiting subscriber it woke before it wakes the others too.
+const wakeRestAfter = 10 * time.Millisecond
+
+// notifyFirstLocked wakes the longest-waiting subscriber of the mutex
+// name, freed by a release: it is the one to take the lock next, as in a
+// FIFO queue (waking them all made them race, and with 9 contenders one
+// waited 4 s while others were granted again and again). If the lock has
+// not been granted wakeRestAfter later (that subscriber's driver is paused,
+// or its Lock has moved on), every subscriber is woken. It reports whether
+// there was any subscriber.
+func (b *Backend) notifyFirstLocked(name string) bool {
+	var first *sub
+	for s := range b.subs[name] {
+		if first == nil || s.seq < first.seq {
+			first = s
+		}
+	}
+	if first == nil {
+		return false
+	}
+	select {
+	case first.c <- struct{}{}:
+	default:
+	}
+	if len(b.subs[name]) > 1 {
+		fence := b.locks[name].fence
+		time.AfterFunc(wakeRestAfter, func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if e := b.locks[name]; e != nil && e.fence == fence {
+				b.notifyLocked(name)
+			}
+		})
+	}
+	return true
+}
+
 // acquire grants req if name is free, or re-enters it for the same owner.
 func (b *Backend) acquire(req driver.AcquireRequest) (driver.Grant, error) {
 	b.mu.Lock()
@@ -173,10 +215,13 @@ func (b *Backend) acquireMutexLocked(req driver.AcquireRequest, now time.Time) (
 	return driver.Grant{Token: e.fence, Count: 1}, nil
 }
 
-// nextGrant returns a channel closed at name's next mutex grant.
+// nextGrant returns a channel closed at name's next mutex grant, for an
+// attempt that stands back: until it calls stoodBack, the attempt counts as
+// a waiter of name.
 func (b *Backend) nextGrant(name string) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.standing[name]++
 	e := b.locks[name]
 	if e == nil {
 		e = &entry{}
@@ -186,6 +231,16 @@ func (b *Backend) nextGrant(name string) <-chan struct{} {
 		e.granted = make(chan struct{})
 	}
 	return e.granted
+}
+
+// stoodBack records that an attempt that stood back (see nextGrant) has
+// been made.
+func (b *Backend) stoodBack(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.standing[name]--; b.standing[name] <= 0 {
+		delete(b.standing, name)
+	}
 }
 
 // release gives up one hold of l; it returns the holds left, and whether
@@ -211,7 +266,8 @@ func (b *Backend) release(l driver.Lease) (int, bool, error) {
 		return e.count, false, nil
 	}
 	e.owner, e.expires, e.delayUntil = "", time.Time{}, time.Time{}
-	return 0, b.notifyLocked(l.Name), nil
+	woke := b.notifyFirstLocked(l.Name)
+	return 0, woke || b.standing[l.Name] > 0, nil
 }
 
 // renew extends every lease of ls that its owner still holds.

@@ -183,8 +183,18 @@ func (d *Driver) gate(ctx context.Context, op string) error {
 // of a mutex that had waiters, a new attempt on it is delayed up to 2ms
 // (see standBack).
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
-	if err := d.stand.Wait(ctx, req, func() <-chan struct{} { return d.b.nextGrant(req.Name) }); err != nil {
+	stood := false
+	if err := d.stand.Wait(ctx, req, func() <-chan struct{} {
+		stood = true
+		return d.b.nextGrant(req.Name)
+	}); err != nil {
+		if stood {
+			d.b.stoodBack(req.Name)
+		}
 		return driver.Grant{}, err
+	}
+	if stood {
+		defer d.b.stoodBack(req.Name)
 	}
 	if err := d.gate(ctx, "acquire"); err != nil {
 		return driver.Grant{}, err
@@ -239,7 +249,10 @@ func (d *Driver) Inspect(ctx context.Context, prefix string) ([]driver.LockInfo,
 	return d.b.inspect(prefix), nil
 }
 
-// Subscribe implements driver.Notifier.
+// Subscribe implements driver.Notifier. A mutex release wakes the
+// subscriber of the name that subscribed first, and the others only if the
+// lock is still free 10ms later; every other change (a read/write lock's or
+// semaphore's release, a Drop) wakes them all.
 func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscription, error) {
 	if err := d.gate(ctx, "subscribe"); err != nil {
 		return nil, err
@@ -256,6 +269,8 @@ func (d *Driver) Subscribe(ctx context.Context, name string) (driver.Subscriptio
 	if b.subs[name] == nil {
 		b.subs[name] = map[*sub]struct{}{}
 	}
+	b.seq++
+	s.seq = b.seq
 	b.subs[name][s] = struct{}{}
 	b.mu.Unlock()
 	return s, nil
@@ -270,6 +285,7 @@ func (d *Driver) Close() error {
 type sub struct {
 	d    *Driver
 	name string
+	seq  uint64 // in the order of subscription: the oldest is woken first
 	c    chan struct{}
 	once sync.Once
 }

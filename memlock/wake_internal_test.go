@@ -1,0 +1,124 @@
+package memlock
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/dlock/dlock/driver"
+)
+
+func woken(s driver.Subscription) bool {
+	select {
+	case <-s.C():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestReleaseWakesLongestWaiterFirst: a mutex release wakes the subscriber
+// that subscribed first; the others are woken wakeRestAfter later only if
+// nobody was granted the lock meanwhile.
+func TestReleaseWakesLongestWaiterFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := NewBackend()
+		d := b.NewDriver()
+		defer d.Close()
+		req := func(owner string) driver.AcquireRequest {
+			return driver.AcquireRequest{Name: "n", Owner: owner, TTL: time.Minute}
+		}
+		var subs [3]driver.Subscription
+		for i := range subs {
+			s, err := b.NewDriver().Subscribe(ctx, "n")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			subs[i] = s
+		}
+		release := func(owner string, g driver.Grant) {
+			t.Helper()
+			if _, err := d.Release(ctx, driver.Lease{Name: "n", Owner: owner, Token: g.Token}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g, err := d.TryAcquire(ctx, req("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		release("a", g)
+		if !woken(subs[0]) || woken(subs[1]) || woken(subs[2]) {
+			t.Fatal("a release woke other subscribers than the first")
+		}
+		// Nobody takes the lock: the others are woken too.
+		time.Sleep(wakeRestAfter)
+		synctest.Wait()
+		if !woken(subs[1]) || !woken(subs[2]) {
+			t.Fatal("the other subscribers were not woken with the lock left free")
+		}
+
+		// The first subscriber leaves; the lock is granted within
+		// wakeRestAfter of the next release: only the new first is woken.
+		_ = subs[0].Close()
+		g, err = d.TryAcquire(ctx, req("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		release("b", g)
+		if _, err := d.TryAcquire(ctx, req("c")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * wakeRestAfter)
+		synctest.Wait()
+		if !woken(subs[1]) || woken(subs[2]) {
+			t.Fatal("want only the longest-waiting subscriber woken when the lock was granted meanwhile")
+		}
+	})
+}
+
+// TestStandingBackCountsAsWaiting: an attempt standing back for the next
+// grant is a waiter: a release while it stands back makes the releaser
+// stand back too (in a hot loop such attempts were never subscribed, and
+// the releaser re-took the lock 77% of the time), and once it has been
+// made it no longer counts.
+func TestStandingBackCountsAsWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := NewBackend()
+		d := b.NewDriver()
+		defer d.Close()
+		req := func(owner string) driver.AcquireRequest {
+			return driver.AcquireRequest{Name: "n", Owner: owner, TTL: time.Minute, Waiting: true}
+		}
+		cycle := func(owner string) time.Duration {
+			t.Helper()
+			start := time.Now()
+			g, err := d.TryAcquire(ctx, req(owner))
+			if err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			if _, err := d.Release(ctx, driver.Lease{Name: "n", Owner: owner, Token: g.Token}); err != nil {
+				t.Fatal(err)
+			}
+			return took
+		}
+		cycle("a")
+		if took := cycle("b"); took != 0 {
+			t.Fatalf("no waiter: the next Lock stood back %v", took)
+		}
+		b.nextGrant("n") // an attempt of another driver starts standing back
+		cycle("c")       // its grant ends that stand-back, but the attempt is not made yet
+		if took := cycle("d"); took != 2*time.Millisecond {
+			t.Fatalf("after a release with an attempt standing back, the next Lock waited %v, want the 2ms stand-back", took)
+		}
+		b.stoodBack("n") // the attempt was made
+		cycle("e")
+		if took := cycle("f"); took != 0 {
+			t.Fatalf("with no waiter left, the next Lock stood back %v", took)
+		}
+	})
+}

@@ -18,18 +18,24 @@ func woken(s driver.Subscription) bool {
 	}
 }
 
+// oneDriver returns a new Backend, a Driver on it closed with the test,
+// and the requests of owners for the mutex "n" (Waiting as given).
+func oneDriver(t *testing.T, waiting bool) (*Backend, *Driver, func(owner string) driver.AcquireRequest) {
+	b := NewBackend()
+	d := b.NewDriver()
+	t.Cleanup(func() { _ = d.Close() })
+	return b, d, func(owner string) driver.AcquireRequest {
+		return driver.AcquireRequest{Name: "n", Owner: owner, TTL: time.Minute, Waiting: waiting}
+	}
+}
+
 // TestReleaseWakesLongestWaiterFirst: a mutex release wakes the subscriber
 // that subscribed first; the others are woken wakeRestAfter later only if
 // nobody was granted the lock meanwhile.
 func TestReleaseWakesLongestWaiterFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := NewBackend()
-		d := b.NewDriver()
-		defer d.Close()
-		req := func(owner string) driver.AcquireRequest {
-			return driver.AcquireRequest{Name: "n", Owner: owner, TTL: time.Minute}
-		}
+		b, d, req := oneDriver(t, false)
 		var subs [3]driver.Subscription
 		for i := range subs {
 			s, err := b.NewDriver().Subscribe(ctx, "n")
@@ -87,12 +93,7 @@ func TestReleaseWakesLongestWaiterFirst(t *testing.T) {
 func TestStandingBackCountsAsWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		b := NewBackend()
-		d := b.NewDriver()
-		defer d.Close()
-		req := func(owner string) driver.AcquireRequest {
-			return driver.AcquireRequest{Name: "n", Owner: owner, TTL: time.Minute, Waiting: true}
-		}
+		b, d, req := oneDriver(t, true)
 		cycle := func(owner string) time.Duration {
 			t.Helper()
 			start := time.Now()

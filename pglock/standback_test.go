@@ -18,15 +18,7 @@ import (
 func TestStandBack(t *testing.T) {
 	ctx := context.Background()
 	h := newTestHarness(t, ModeLease)
-	newDriver := func() *Driver {
-		d, err := h.NewDriver(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = d.Close() })
-		return d.(*Driver)
-	}
-	d, other := newDriver(), newDriver()
+	d, other := h.driver(t).(*Driver), h.driver(t).(*Driver)
 	var standing atomic.Int64
 	d.stand.TestHook = func() { standing.Add(1) }
 	name := randomName("standback")

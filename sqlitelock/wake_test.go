@@ -47,22 +47,7 @@ func TestWakesOnRelease(t *testing.T) {
 // time under 8 contenders.
 func TestReleaserStandsBack(t *testing.T) {
 	ctx := context.Background()
-	hn, err := newHarness(ctx, t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := hn.(*harness)
-	defer h.Close()
-	a, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := h.NewDriver(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := twoDrivers(t)
 	req := func(owner string) driver.AcquireRequest {
 		return driver.AcquireRequest{Name: "hot", Owner: owner, TTL: time.Minute}
 	}
@@ -106,26 +91,34 @@ func TestReleaserStandsBack(t *testing.T) {
 	}
 }
 
-// TestStandBackSparesRefusedWaiter: a waiting Lock that the table refused
-// before the release (Waiting, the same owner) is not held back by its
-// driver's stand-back: it may be the very waiter the release woke. A new
-// attempt of that driver is.
-func TestStandBackSparesRefusedWaiter(t *testing.T) {
+// twoDrivers opens two drivers on one new database, closed with the test.
+func twoDrivers(t *testing.T) (driver.Driver, driver.Driver) {
+	t.Helper()
 	ctx := context.Background()
 	hn, err := newHarness(ctx, t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := hn.(*harness)
-	defer h.Close()
+	t.Cleanup(h.Close)
 	var ds [2]driver.Driver
 	for i := range ds {
 		if ds[i], err = h.NewDriver(ctx); err != nil {
 			t.Fatal(err)
 		}
-		defer ds[i].Close()
+		d := ds[i]
+		t.Cleanup(func() { _ = d.Close() })
 	}
-	a, b := ds[0], ds[1]
+	return ds[0], ds[1]
+}
+
+// TestStandBackSparesRefusedWaiter: a waiting Lock that the table refused
+// before the release (Waiting, the same owner) is not held back by its
+// driver's stand-back: it may be the very waiter the release woke. A new
+// attempt of that driver is.
+func TestStandBackSparesRefusedWaiter(t *testing.T) {
+	ctx := context.Background()
+	a, b := twoDrivers(t)
 	req := func(owner string) driver.AcquireRequest {
 		return driver.AcquireRequest{Name: "spare", Owner: owner, TTL: time.Minute, Waiting: true}
 	}

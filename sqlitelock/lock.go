@@ -11,8 +11,25 @@ import (
 	"github.com/dlock/dlock/internal/sqlcommon"
 )
 
+// standBack delays an attempt by left, the rest of the driver's stand-back
+// from its name (see signal.yielding), or until ctx ends.
+func (d *Driver) standBack(ctx context.Context, left time.Duration) error {
+	if d.testHookStandBack != nil {
+		d.testHookStandBack()
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // TryAcquire makes one attempt to take or re-enter req.Name in a single
-// statement. When another owner holds the lock (or it is within its
+// statement. Right after this driver released the name to waiters elsewhere
+// the attempt is delayed up to 5ms first (see signal.yielding). When another owner holds the lock (or it is within its
 // lock-delay) it returns a *driver.LockedError whose RetryAfter is the time
 // until the lease plus lock-delay ends by SQLite's clock.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
@@ -23,7 +40,9 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 		return d.acquireKind(ctx, req)
 	}
 	if left := d.sig.yielding(req.Name); left > 0 && !d.stand.Exempt(req) {
-		return driver.Grant{}, &driver.LockedError{RetryAfter: left}
+		if err := d.standBack(ctx, left); err != nil {
+			return driver.Grant{}, d.wrap(ctx, "acquire", err)
+		}
 	}
 	ttl, delay := ms(req.TTL), ms(req.LockDelay)
 	if ttl < 1 {

@@ -86,6 +86,9 @@ type Driver struct {
 	// stand records the waiting Locks the table refused, which are exempt
 	// from the stand-back (see signal.yielding and standback.StandBack).
 	stand *standback.StandBack
+	// testHookStandBack, set only by tests before first use, runs when an
+	// attempt starts to stand back.
+	testHookStandBack func()
 
 	gate gate // holds statements back while quiesced (see Quiesce)
 

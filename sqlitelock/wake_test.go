@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dlock/dlock/driver"
 
 	"github.com/dlock/dlock/internal/sqlcommon/sqltest"
+	"github.com/dlock/dlock/internal/testwait"
 )
 
 // BenchmarkWakeFair reports wake-up latency, the re-take share under 8
@@ -41,13 +43,23 @@ func TestWakesOnRelease(t *testing.T) {
 }
 
 // TestReleaserStandsBack: a driver that releases a lock another driver's
-// subscriber waits for refuses its own next attempt for a moment (the woken
-// waiter takes the lock), and takes it at once when nobody waits. Before,
-// the releaser looping back into Lock took the lock again about 83% of the
-// time under 8 contenders.
+// subscriber waits for holds its own next attempt back for a moment (the
+// woken waiter takes the lock, and the attempt is then refused), and takes
+// the lock at once when nobody waits. Before, the releaser looping back
+// into Lock took the lock again about 83% of the time under 8 contenders.
 func TestReleaserStandsBack(t *testing.T) {
 	ctx := context.Background()
 	a, b := twoDrivers(t)
+	var standing atomic.Int64
+	// An attempt that stands back waits on hold, when set, so the test
+	// can act within its stand-back however slow the machine.
+	var hold atomic.Pointer[chan struct{}]
+	a.(*Driver).testHookStandBack = func() {
+		standing.Add(1)
+		if c := hold.Load(); c != nil {
+			<-*c
+		}
+	}
 	req := func(owner string) driver.AcquireRequest {
 		return driver.AcquireRequest{Name: "hot", Owner: owner, TTL: time.Minute}
 	}
@@ -59,8 +71,8 @@ func TestReleaserStandsBack(t *testing.T) {
 	if _, err := a.Release(ctx, driver.Lease{Name: "hot", Owner: "a1", Token: g.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if g, err = a.TryAcquire(ctx, req("a2")); err != nil {
-		t.Fatalf("uncontended re-take refused: %v", err)
+	if g, err = a.TryAcquire(ctx, req("a2")); err != nil || standing.Load() != 0 {
+		t.Fatalf("uncontended re-take: %v, %d stand-backs", err, standing.Load())
 	}
 	// b waits: a's next attempt after its release stands back, b takes it.
 	sub, err := b.(driver.Notifier).Subscribe(ctx, "hot")
@@ -70,24 +82,31 @@ func TestReleaserStandsBack(t *testing.T) {
 	if _, err := a.Release(ctx, driver.Lease{Name: "hot", Owner: "a2", Token: g.Token}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = a.TryAcquire(ctx, req("a3"))
-	var le *driver.LockedError
-	if !errors.As(err, &le) || le.RetryAfter <= 0 || le.RetryAfter > yieldFor {
-		t.Fatalf("the releaser's own attempt with a waiter elsewhere: %v, want a LockedError with RetryAfter in (0, %v]", err, yieldFor)
-	}
+	held := make(chan struct{})
+	hold.Store(&held)
+	a3 := make(chan error, 1)
+	go func() {
+		_, err := a.TryAcquire(ctx, req("a3"))
+		a3 <- err
+	}()
+	testwait.Until(t, 10*time.Second, "the releaser's own attempt with a waiter elsewhere to stand back", func() bool { return standing.Load() == 1 })
 	gb, err := b.TryAcquire(ctx, req("b"))
 	if err != nil {
 		t.Fatalf("the waiter's attempt: %v", err)
 	}
+	hold.Store(nil)
+	close(held)
+	if err := <-a3; !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("the releaser's attempt after its stand-back: %v, want ErrLocked (the waiter holds the lock)", err)
+	}
 	_ = sub.Close()
 	// With b's subscription closed nobody waits any more: a, still within
-	// its stand-back, is answered by the table (the wake-up benchmark's
-	// TryLock right after its waiter's Unlock failed on a plain window).
+	// its stand-back, is answered by the table at once.
 	if _, err := b.Release(ctx, driver.Lease{Name: "hot", Owner: "b", Token: gb.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.TryAcquire(ctx, req("a4")); err != nil {
-		t.Fatalf("the releaser's attempt after the waiter left: %v", err)
+	if _, err := a.TryAcquire(ctx, req("a4")); err != nil || standing.Load() != 1 {
+		t.Fatalf("the releaser's attempt after the waiter left: %v, %d stand-backs (want 1)", err, standing.Load())
 	}
 }
 
@@ -114,8 +133,8 @@ func twoDrivers(t *testing.T) (driver.Driver, driver.Driver) {
 
 // TestStandBackSparesRefusedWaiter: a waiting Lock that the table refused
 // before the release (Waiting, the same owner) is not held back by its
-// driver's stand-back: it may be the very waiter the release woke. A new
-// attempt of that driver is.
+// driver's stand-back: it may be the very waiter the release woke
+// (TestReleaserStandsBack shows a new attempt of that driver held back).
 func TestStandBackSparesRefusedWaiter(t *testing.T) {
 	ctx := context.Background()
 	a, b := twoDrivers(t)
@@ -137,11 +156,10 @@ func TestStandBackSparesRefusedWaiter(t *testing.T) {
 	if _, err := a.Release(ctx, driver.Lease{Name: "spare", Owner: "holder", Token: g.Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.TryAcquire(ctx, req("new")); !errors.Is(err, driver.ErrLocked) {
-		t.Fatalf("a new attempt during the stand-back: %v, want ErrLocked", err)
-	}
-	if _, err := a.TryAcquire(ctx, req("waiter")); err != nil {
-		t.Fatalf("the refused waiter's retry during the stand-back: %v, want a grant", err)
+	var standing atomic.Int64
+	a.(*Driver).testHookStandBack = func() { standing.Add(1) }
+	if _, err := a.TryAcquire(ctx, req("waiter")); err != nil || standing.Load() != 0 {
+		t.Fatalf("the refused waiter's retry during the stand-back: %v, %d stand-backs; want a grant at once", err, standing.Load())
 	}
 }
 

@@ -22,7 +22,10 @@ import (
 // FOR KEY SHARE SKIP LOCKED, which for an instant conflicts with a
 // concurrent NOWAIT attempt on the same row). Session-bound holders report
 // ExpiresIn -1 and Count 1 (the re-entrance count lives in the holder's
-// process). Waiters are not counted (-1). The read/write locks (and, in
+// process). In ModeAdvisory a mutex's Waiters counts the Locks waiting for
+// it in the server (pg_advisory_lock), which is where they wait while
+// their pool can spare a connection; a Lock woken by NOTIFY instead is not
+// counted. Other waiters are not counted (-1). The read/write locks (and, in
 // ModeLease, semaphores) under prefix follow each name's mutex (see
 // driver.LockInfo); in ModeRowLock a read/write lock held only by readers
 // is listed as free (shared row locks are not visible).
@@ -53,7 +56,8 @@ func (d *store) list(ctx context.Context, prefix string) ([]driver.LockInfo, err
 
 // held reports the names in out whose advisory keys pg_locks shows
 // granted: a mutex by its AdvisoryKey, a read/write lock by its RWKey
-// (with its readers counted). own is the driver's holds.
+// (with its readers counted), and sets each mutex's Waiters to the
+// sessions waiting for its key in the server. own is the driver's holds.
 func (a advisory) held(ctx context.Context, own *sqlcommon.Sessions[*pinned], out []driver.LockInfo) ([]bool, error) {
 	rows, err := a.pool.Query(ctx, a.q.inspectAdvisoryModes)
 	if err != nil {
@@ -61,12 +65,19 @@ func (a advisory) held(ctx context.Context, own *sqlcommon.Sessions[*pinned], ou
 	}
 	locks := map[int64][2]int{} // key → shared, exclusive holders
 	marks := map[int64]string{} // key → its exclusive holder's last statement
+	waiting := map[int64]int{}  // key → sessions waiting for it exclusively
 	var (
-		key    int64
-		shared bool
-		query  string
+		key             int64
+		shared, granted bool
+		query           string
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key, &shared, &query}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&key, &shared, &granted, &query}, func() error {
+		if !granted {
+			if !shared {
+				waiting[key]++
+			}
+			return nil
+		}
 		n := locks[key]
 		if shared {
 			n[0]++
@@ -86,6 +97,7 @@ func (a advisory) held(ctx context.Context, own *sqlcommon.Sessions[*pinned], ou
 		if li.Kind != driver.Exclusive {
 			continue
 		}
+		out[i].Waiters = waiting[AdvisoryKey(li.Name)]
 		// A grant writes nothing to its row (the token comes from the
 		// table's sequences): the row's owner and fence are not the
 		// holder's. The driver knows its own holds; another's names

@@ -226,11 +226,13 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND database = (SELECT 
 	q.inspectRowWriters = r.Replace(`SELECT name FROM $T_rowlock WHERE name = ANY($1) FOR SHARE SKIP LOCKED`)
 	q.advRead, q.advWrite = advisoryKindQueries(table, false)
 	q.advRead13, q.advWrite13 = advisoryKindQueries(table, true)
-	// With each granted key, the text of the last statement its session
-	// ran: a mutex holder's renewal ping names the hold (see holdMarker).
-	q.inspectAdvisoryModes = `SELECT (l.classid::bigint << 32) | l.objid::bigint, l.mode = 'ShareLock', COALESCE(a.query, '')
+	// With each advisory key granted or waited for, the text of the last
+	// statement its session ran: a mutex holder's renewal ping names the
+	// hold (see holdMarker). A key not granted is a waiter blocked in
+	// pg_advisory_lock (advisory.Block).
+	q.inspectAdvisoryModes = `SELECT (l.classid::bigint << 32) | l.objid::bigint, l.mode = 'ShareLock', l.granted, COALESCE(a.query, '')
 FROM pg_locks AS l LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 	q.hasFloor = `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'fence_floor' AND NOT attisdropped)`
 	q.addFloor = r.Replace(`ALTER TABLE $T ADD COLUMN IF NOT EXISTS fence_floor bigint NOT NULL DEFAULT 0`)
 	q.createKinds = r.Replace(`CREATE TABLE IF NOT EXISTS $T_kinds (

@@ -96,7 +96,7 @@ func (s *StandBack) Granted(req driver.AcquireRequest, token uint64) (alone bool
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if req.Waiting {
+	if req.Waiting && len(s.waiting) > 0 {
 		delete(s.waiting, waitKey(req))
 	}
 	y, ok := s.yields[req.Name]
@@ -115,6 +115,9 @@ func (s *StandBack) Exempt(req driver.AcquireRequest) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.waiting) == 0 {
+		return false
+	}
 	_, ok := s.waiting[waitKey(req)]
 	return ok
 }
@@ -130,11 +133,16 @@ func (s *StandBack) Wait(ctx context.Context, req driver.AcquireRequest, next fu
 	if req.Kind != driver.Exclusive {
 		return nil
 	}
+	// The uncontended path (no stand-back under way, nobody refused) looks
+	// up the name alone: the key of a waiter costs an allocation.
 	s.mu.Lock()
 	y, ok := s.yields[req.Name]
-	_, exempt := s.waiting[waitKey(req)]
+	exempt := false
+	if ok && req.Waiting && len(s.waiting) > 0 {
+		_, exempt = s.waiting[waitKey(req)]
+	}
 	s.mu.Unlock()
-	if !ok || (exempt && req.Waiting) {
+	if !ok || exempt {
 		return nil
 	}
 	left := time.Until(y.until)

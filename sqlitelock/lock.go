@@ -50,7 +50,11 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	}
 	var fence int64
 	var count int
-	err := d.retryBusy(ctx, func() error {
+	marking := ""
+	if req.Waiting {
+		marking = req.Name
+	}
+	err := d.retryBusyMarking(ctx, marking, func() error {
 		return d.acquire.QueryRowContext(ctx, req.Name, req.Owner, ttl, delay).Scan(&fence, &count)
 	})
 	if err == nil {

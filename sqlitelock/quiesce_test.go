@@ -43,6 +43,27 @@ func holdFile(t *testing.T, path string) (conn *sql.Conn, release func()) {
 	}
 }
 
+// newLongBusy returns a driver made by New over a *sql.DB of one
+// connection to path whose SQLite busy timeout is a minute: a statement
+// waiting for the file then stays in SQLite, inside the driver's gate, for
+// as long as the file is busy. (A driver Open made waits busyStep in SQLite
+// and leaves the gate between tries, where a Quiesce may come in.)
+func newLongBusy(t *testing.T, path string) *Driver {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(60000)&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	d, err := New(db, &Options{BusyTimeout: time.Minute})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
 // TestQuiesceWaitsForRunningStatements: Quiesce waits for a renewal in
 // flight (here held up by another process's write lock on the file),
 // holds new statements back until resume, and when it returns the driver
@@ -50,7 +71,7 @@ func holdFile(t *testing.T, path string) (conn *sql.Conn, release func()) {
 // what "dlock run" relies on before stopping itself on Ctrl-Z.
 func TestQuiesceWaitsForRunningStatements(t *testing.T) {
 	path := tempDB(t)
-	d := openTest(t, path, &Options{BusyTimeout: time.Minute})
+	d := newLongBusy(t, path)
 	g := mustAcquire(t, d, req("a", "alice", time.Minute, 0))
 
 	conn, letGo := holdFile(t, path)
@@ -146,7 +167,7 @@ func TestQuiesceWaitsForRunningStatements(t *testing.T) {
 // a held-back call ends with its own context.
 func TestQuiesceBounded(t *testing.T) {
 	path := tempDB(t)
-	d := openTest(t, path, &Options{BusyTimeout: time.Minute})
+	d := newLongBusy(t, path)
 	_, letGo := holdFile(t, path)
 	acquired := make(chan error, 1)
 	go func() {
@@ -214,5 +235,37 @@ func TestQuiesceBounded(t *testing.T) {
 	}
 	if _, err := d.Quiesce(context.Background()); !errors.Is(err, errClosed) {
 		t.Fatalf("Quiesce after Close = %v, want errClosed", err)
+	}
+}
+
+// TestQuiesceBetweenBusyTries: on a driver Open made, a statement waiting
+// for a file another process keeps busy leaves the gate between its tries
+// (SQLite waits busyStep per try), so a Quiesce does not wait for the
+// other process: it comes in between two tries and holds the next back.
+func TestQuiesceBetweenBusyTries(t *testing.T) {
+	path := tempDB(t)
+	d := openTest(t, path, &Options{BusyTimeout: time.Minute})
+	_, letGo := holdFile(t, path)
+	acquired := testwait.Go(func() (driver.Grant, error) {
+		return d.TryAcquire(context.Background(), req("a", "alice", time.Minute, 0))
+	})
+	testwait.Until(t, 10*time.Second, "TryAcquire waiting for the file", func() bool {
+		r, _, _ := d.gate.state()
+		return r == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resume, err := d.Quiesce(ctx)
+	if err != nil {
+		t.Fatalf("Quiesce while the file is busy: %v", err)
+	}
+	testwait.Until(t, 10*time.Second, "the busy TryAcquire held back", func() bool {
+		_, w, _ := d.gate.state()
+		return w == 1
+	})
+	letGo()
+	resume()
+	if out := <-acquired; out.Err != nil {
+		t.Fatalf("TryAcquire after resume: %v", out.Err)
 	}
 }

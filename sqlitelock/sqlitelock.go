@@ -170,7 +170,9 @@ func openPath(ctx context.Context, path string, opts *Options) (*Driver, error) 
 		return nil, openurl.Invalid("path", "sqlitelock: Open: %s is a directory", abs)
 	}
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(ms(busy), 10)+")")
+	// SQLite sleeps at most busyStep for the write lock; retryBusy retries
+	// for the rest of the busy timeout.
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(ms(min(busy, busyStep)), 10)+")")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Set("_txlock", "immediate")
@@ -181,8 +183,8 @@ func openPath(ctx context.Context, path string, opts *Options) (*Driver, error) 
 	}
 	// One connection: goroutines of this process queue in database/sql
 	// instead of contending for the file lock through SQLite's sleeping
-	// busy handler. Other processes still contend through the file lock and
-	// the busy timeout.
+	// busy handler. Other processes still contend through the file lock,
+	// tried every busyStep (see retryBusy).
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxIdleTime(0)

@@ -30,8 +30,10 @@
 // NOWAIT on the name's row in an open transaction on a pinned connection. In
 // both the fencing token comes from an autocommitted increment of the name's
 // row in the lock table made after the grant. In ModeGetLock the increment
-// runs on the pinned session, gated on that session holding the lock; in
-// ModeRowLock it runs on a second connection, and the grant is returned only
+// runs on the pinned session, gated on that session holding the lock (in
+// the same query as the GET_LOCK statement when the connections accept
+// several statements, as those of a driver opened from a URL do: one round
+// trip per grant); in ModeRowLock it runs on a second connection, and the grant is returned only
 // after the pinned session has taken the row again (FOR UPDATE NOWAIT, at
 // once if it still holds it), so a session that died in between is never
 // granted and no later holder can have a smaller token. The pinned session's
@@ -72,6 +74,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock/dlock/driver"
@@ -138,8 +141,15 @@ type store struct {
 	// testHookLocked, set only by tests before first use, runs inside a
 	// session-mode TryAcquire before the fencing counter is incremented:
 	// in ModeRowLock with the row locked, in ModeGetLock after the GET_LOCK
-	// statement (which does not say whether it granted).
+	// statement (which does not say whether it granted; with the hook set,
+	// ModeGetLock sends that statement and the increment apart even when
+	// multi is true).
 	testHookLocked func(ctx context.Context, c *sql.Conn)
+	// multi is whether db's connections accept several statements in one
+	// query (go-sql-driver/mysql's multiStatements, which OpenURL turns on):
+	// ModeGetLock then sends its GET_LOCK statement and the fence increment
+	// in one round trip. Probed once, by createSchema.
+	multi atomic.Bool
 	// ids are the connection ids of the connections the session modes'
 	// waits ran on (see getLock.Block, rowLock.Block).
 	ids connIDs
@@ -243,6 +253,10 @@ func (d *Driver) createSchema(ctx context.Context) error {
 			return fmt.Errorf("mysqllock: creating lock table %s: %w", d.table, err)
 		}
 	}
+	// Without multiStatements the server gets "DO 1; DO 1" as one
+	// statement and refuses it as a syntax error.
+	_, err := d.db.ExecContext(ctx, "DO 1; DO 1")
+	d.multi.Store(err == nil)
 	return nil
 }
 

@@ -162,10 +162,20 @@ func (g getLock) Unlock(ctx context.Context, c pinned, name string) error {
 
 // Lock implements sqlcommon.SessionSQL. It takes GET_LOCK(name, 0),
 // arming wait_timeout in the same statement, then bumps the fence in an
-// autocommitted statement gated on the grant. On refusal the session is
-// left as it was.
+// autocommitted statement gated on the grant: both in one query when the
+// connections accept several statements (store.multi), which saves a
+// round trip. On refusal the session is left as it was.
 func (g getLock) Lock(ctx context.Context, c pinned, req driver.AcquireRequest) (bool, uint64, error) {
 	stmt := fill(g.q.getLock, "{L}", hexLit(LockName(req.Name)), "{W}", hexLit(SignalName(req.Name)), "{WT}", waitTimeout(req.TTL))
+	if g.multi.Load() && g.testHookLocked == nil {
+		// The increment runs only if the GET_LOCK statement did (an error
+		// ends the query), and is gated on the grant as apart.
+		res, err := c.ExecContext(ctx, stmt+"; "+g.fenceInsert(req.Name, req.Owner))
+		if err != nil {
+			return false, 0, err
+		}
+		return granted(c.Conn, res)
+	}
 	return g.lockWith(ctx, c, req, func(ctx context.Context) error {
 		_, err := c.ExecContext(ctx, stmt)
 		return err
@@ -210,10 +220,23 @@ func (g getLock) lockWith(ctx context.Context, c pinned, req driver.AcquireReque
 	if d.testHookLocked != nil {
 		d.testHookLocked(ctx, conn)
 	}
-	res, err := conn.ExecContext(ctx, fill(d.q.fenceInsert, "{K}", hexLit(name), "{O}", hexLit(owner), "{L}", hexLit(LockName(name))))
+	res, err := conn.ExecContext(ctx, g.fenceInsert(name, owner))
 	if err != nil {
 		return false, 0, err
 	}
+	return granted(conn, res)
+}
+
+// fenceInsert is the fence increment of name for owner, gated on this
+// session holding name's GET_LOCK.
+func (g getLock) fenceInsert(name, owner string) string {
+	return fill(g.q.fenceInsert, "{K}", hexLit(name), "{O}", hexLit(owner), "{L}", hexLit(LockName(name)))
+}
+
+// granted reads the fence increment's result (the last statement's, when
+// the query had several): no row inserted or updated means not granted,
+// else the token is its LAST_INSERT_ID.
+func granted(conn *sql.Conn, res sql.Result) (bool, uint64, error) {
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return false, 0, err // not granted: nothing inserted or updated
 	}

@@ -53,6 +53,9 @@ func OpenURL(ctx context.Context, u *url.URL) (driver.Driver, error) {
 	if tc != nil {
 		cfg.TLS = tc // verified, and no fallback to plaintext
 	}
+	// The driver's own statements only (see store.multi): ModeGetLock
+	// takes the lock and increments the fence in one round trip.
+	cfg.MultiStatements = true
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, openurl.RedactError(fmt.Errorf("mysqllock: %w", err), u)

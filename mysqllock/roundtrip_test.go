@@ -1,0 +1,98 @@
+package mysqllock
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/dlock/dlock/driver"
+)
+
+// countingConn counts the writes of a connection: go-sql-driver/mysql
+// sends a query in one.
+type countingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestGetLockOneRoundTrip: in ModeGetLock a grant is one query when the
+// connections accept several statements (the GET_LOCK statement and the
+// fence increment together), as those of a driver opened from a URL do,
+// and two when they do not. It used to be two either way: three round
+// trips per Lock+Unlock against the two of a hand-written GET_LOCK and
+// RELEASE_LOCK, 1.53-1.57× its time in the peer harness.
+func TestGetLockOneRoundTrip(t *testing.T) {
+	u, err := url.Parse(serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dsn, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, multi := range []bool{true, false} {
+		t.Run(fmt.Sprint("multiStatements=", multi), func(t *testing.T) {
+			cfg, err := mysql.ParseDSN(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MultiStatements = multi
+			var writes atomic.Int64
+			cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return countingConn{Conn: c, writes: &writes}, nil
+			}
+			conn, err := mysql.NewConnector(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := sql.OpenDB(conn)
+			defer db.Close()
+			d, err := New(db, &Options{Mode: ModeGetLock, Table: "dlock_test_getlock"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			ctx := context.Background()
+			r := driver.AcquireRequest{Name: fmt.Sprint("round-trips-", multi), Owner: "o", TTL: time.Minute}
+			// The first grant makes the table and a connection.
+			for i := range 2 {
+				before := writes.Load()
+				g, err := d.TryAcquire(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := writes.Load() - before
+				if _, err := d.Release(ctx, driver.Lease{Name: r.Name, Owner: r.Owner, Token: g.Token, Handle: g.Handle}); err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 {
+					continue
+				}
+				want := int64(2)
+				if multi {
+					want = 1
+				}
+				if n != want {
+					t.Fatalf("a grant sent %d queries, want %d", n, want)
+				}
+			}
+		})
+	}
+}

@@ -27,13 +27,27 @@ func (c countingConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-// TestGetLockOneRoundTrip: in ModeGetLock a grant is one query when the
+// TestOneRoundTripLess: in ModeGetLock a grant is one query when the
 // connections accept several statements (the GET_LOCK statement and the
 // fence increment together), as those of a driver opened from a URL do,
 // and two when they do not. It used to be two either way: three round
 // trips per Lock+Unlock against the two of a hand-written GET_LOCK and
-// RELEASE_LOCK, 1.53-1.57× its time in the peer harness.
-func TestGetLockOneRoundTrip(t *testing.T) {
+// RELEASE_LOCK, 1.53-1.57× its time in the peer harness. In ModeRowLock
+// the session's settings and the locking read go together: three queries
+// per grant (with the fence increment and the confirmation) instead of
+// four.
+func TestOneRoundTripLess(t *testing.T) {
+	for _, tc := range []struct {
+		mode         Mode
+		multi, apart int64
+	}{{ModeGetLock, 1, 2}, {ModeRowLock, 3, 4}} {
+		t.Run(string(tc.mode), func(t *testing.T) { testRoundTrips(t, tc.mode, tc.multi, tc.apart) })
+	}
+}
+
+// testRoundTrips checks that a grant in mode sends multi queries when the
+// connections accept several statements, apart when they do not.
+func testRoundTrips(t *testing.T, mode Mode, multi, apart int64) {
 	u, err := url.Parse(serverURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -42,13 +56,13 @@ func TestGetLockOneRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, multi := range []bool{true, false} {
-		t.Run(fmt.Sprint("multiStatements=", multi), func(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprint("multiStatements=", on), func(t *testing.T) {
 			cfg, err := mysql.ParseDSN(dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg.MultiStatements = multi
+			cfg.MultiStatements = on
 			var writes atomic.Int64
 			cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 				var d net.Dialer
@@ -64,13 +78,13 @@ func TestGetLockOneRoundTrip(t *testing.T) {
 			}
 			db := sql.OpenDB(conn)
 			defer db.Close()
-			d, err := New(db, &Options{Mode: ModeGetLock, Table: "dlock_test_getlock"})
+			d, err := New(db, &Options{Mode: mode, Table: "dlock_test_" + string(mode)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer d.Close()
 			ctx := context.Background()
-			r := driver.AcquireRequest{Name: fmt.Sprint("round-trips-", multi), Owner: "o", TTL: time.Minute}
+			r := driver.AcquireRequest{Name: fmt.Sprint("round-trips-", on), Owner: "o", TTL: time.Minute}
 			// The first grant makes the table and a connection.
 			for i := range 2 {
 				before := writes.Load()
@@ -85,9 +99,9 @@ func TestGetLockOneRoundTrip(t *testing.T) {
 				if i == 0 {
 					continue
 				}
-				want := int64(2)
-				if multi {
-					want = 1
+				want := apart
+				if on {
+					want = multi
 				}
 				if n != want {
 					t.Fatalf("a grant sent %d queries, want %d", n, want)

@@ -318,7 +318,8 @@ func (r rowLock) Unlock(ctx context.Context, c pinned, name string) error {
 }
 
 // Lock implements sqlcommon.SessionSQL. It turns autocommit off and arms
-// wait_timeout, then locks the name's row with FOR UPDATE NOWAIT; the
+// wait_timeout, then locks the name's row with FOR UPDATE NOWAIT (in one
+// query when the connections accept several statements, store.multi); the
 // transaction that read opened stays open until release. (Block is the same
 // with a locking read that waits.) The fencing counter is incremented on
 // another pooled connection in autocommit: an increment inside the held
@@ -374,11 +375,16 @@ func (r rowLock) lockRow(ctx context.Context, c pinned, req driver.AcquireReques
 			return false, 0, err
 		}
 	}
-	if _, err := conn.ExecContext(ctx, set); err != nil {
-		return false, 0, err
-	}
 	k := hexLit(name)
 	read := func(ctx context.Context) error { return queryRow(ctx, conn, fill(lock, "{K}", k)) }
+	if r.multi.Load() && waitSecs == 0 {
+		// One query (see store.multi): go-sql-driver/mysql skips the SET's
+		// empty result to the locking read's rows; an error in the SET ends
+		// the query before the read.
+		read = func(ctx context.Context) error { return queryRow(ctx, conn, set+"; "+fill(lock, "{K}", k)) }
+	} else if _, err := conn.ExecContext(ctx, set); err != nil {
+		return false, 0, err
+	}
 	if waitSecs > 0 {
 		wait := read
 		read = func(ctx context.Context) error {

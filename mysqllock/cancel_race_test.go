@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"net"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -117,18 +116,7 @@ func gatedDB(t *testing.T, g *replyGate) *sql.DB {
 	gates.mu.Lock()
 	gates.cur = g
 	gates.mu.Unlock()
-	u, err := url.Parse(serverURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, dsn, err := parseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := serverConfig(t)
 	cfg.Net = "dlock-gated"
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {

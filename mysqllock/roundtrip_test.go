@@ -48,20 +48,9 @@ func TestOneRoundTripLess(t *testing.T) {
 // testRoundTrips checks that a grant in mode sends multi queries when the
 // connections accept several statements, apart when they do not.
 func testRoundTrips(t *testing.T, mode Mode, multi, apart int64) {
-	u, err := url.Parse(serverURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, dsn, err := parseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, on := range []bool{true, false} {
 		t.Run(fmt.Sprint("multiStatements=", on), func(t *testing.T) {
-			cfg, err := mysql.ParseDSN(dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
+			cfg := serverConfig(t)
 			cfg.MultiStatements = on
 			var writes atomic.Int64
 			cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -109,4 +98,23 @@ func testRoundTrips(t *testing.T, mode Mode, multi, apart int64) {
 			}
 		})
 	}
+}
+
+// serverConfig is the go-sql-driver/mysql configuration of the test
+// server's URL, for a *sql.DB of a test's own making.
+func serverConfig(t *testing.T) *mysql.Config {
+	t.Helper()
+	u, err := url.Parse(serverURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, dsn, err := parseURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

@@ -168,16 +168,7 @@ func TestQuiesceWaitsForRunningStatements(t *testing.T) {
 func TestQuiesceBounded(t *testing.T) {
 	path := tempDB(t)
 	d := newLongBusy(t, path)
-	_, letGo := holdFile(t, path)
-	acquired := make(chan error, 1)
-	go func() {
-		_, err := d.TryAcquire(context.Background(), req("a", "alice", time.Minute, 0))
-		acquired <- err
-	}()
-	testwait.Until(t, 10*time.Second, "TryAcquire waiting for the file", func() bool {
-		r, _, _ := d.gate.state()
-		return r == 1
-	})
+	letGo, acquired := acquireBehindFile(t, d, path)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	resume, err := d.Quiesce(ctx)
@@ -188,8 +179,8 @@ func TestQuiesceBounded(t *testing.T) {
 		t.Fatal("a failed Quiesce left the driver quiesced")
 	}
 	letGo()
-	if err := <-acquired; err != nil {
-		t.Fatalf("TryAcquire: %v", err)
+	if out := <-acquired; out.Err != nil {
+		t.Fatalf("TryAcquire: %v", out.Err)
 	}
 
 	// Quiesced, a call whose context ends gives up with its context's error.
@@ -245,14 +236,7 @@ func TestQuiesceBounded(t *testing.T) {
 func TestQuiesceBetweenBusyTries(t *testing.T) {
 	path := tempDB(t)
 	d := openTest(t, path, &Options{BusyTimeout: time.Minute})
-	_, letGo := holdFile(t, path)
-	acquired := testwait.Go(func() (driver.Grant, error) {
-		return d.TryAcquire(context.Background(), req("a", "alice", time.Minute, 0))
-	})
-	testwait.Until(t, 10*time.Second, "TryAcquire waiting for the file", func() bool {
-		r, _, _ := d.gate.state()
-		return r == 1
-	})
+	letGo, acquired := acquireBehindFile(t, d, path)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resume, err := d.Quiesce(ctx)
@@ -268,4 +252,21 @@ func TestQuiesceBetweenBusyTries(t *testing.T) {
 	if out := <-acquired; out.Err != nil {
 		t.Fatalf("TryAcquire after resume: %v", out.Err)
 	}
+}
+
+// acquireBehindFile takes the write lock of the file at path from another
+// connection (holdFile), starts a TryAcquire on d, waits until it is
+// inside d's gate waiting for the file, and returns the function that lets
+// the file go and the TryAcquire's outcome.
+func acquireBehindFile(t *testing.T, d *Driver, path string) (letGo func(), acquired <-chan testwait.Outcome[driver.Grant]) {
+	t.Helper()
+	_, letGo = holdFile(t, path)
+	acquired = testwait.Go(func() (driver.Grant, error) {
+		return d.TryAcquire(context.Background(), req("a", "alice", time.Minute, 0))
+	})
+	testwait.Until(t, 10*time.Second, "TryAcquire waiting for the file", func() bool {
+		r, _, _ := d.gate.state()
+		return r == 1
+	})
+	return letGo, acquired
 }

@@ -32,7 +32,9 @@ const maxURLConns = 32
 // instead of the host) ask for verified TLS without plaintext fallback, as
 // on every TLS-capable backend; every other parameter goes to
 // go-sql-driver/mysql's DSN (tls=true verifies against the system's roots;
-// without tls the connection is plaintext). The port defaults to 3306; the database is
+// without tls the connection is plaintext), except that multiStatements is
+// always on: the pool runs only the driver's own statements, and the
+// session modes save a round trip per grant with it. The port defaults to 3306; the database is
 // required. The driver owns the *sql.DB it opens (Close closes it) and has
 // created its lock table when OpenURL returns. A malformed URL or a bad
 // value is refused with an error wrapping driver.ErrInvalid; no error

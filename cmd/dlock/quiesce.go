@@ -25,13 +25,16 @@ func (s *stopClient) set(c *dlock.Client) { s.p.Store(c) }
 // of the file until fg), and lets the Client's calls go on when dlock
 // resumes. If the calls in flight do not finish within quiesceTimeout,
 // dlock says so and stops anyway: job control must work.
-func (s *stopClient) stop(e *env) {
+func (s *stopClient) stop(e *env) { s.stopWith(e, stopSelf) }
+
+// stopWith is stop with halt in place of stopSelf (tests pass their own).
+func (s *stopClient) stopWith(e *env, halt func()) {
 	var c *dlock.Client
 	if s != nil {
 		c = s.p.Load()
 	}
 	if c == nil {
-		stopSelf()
+		halt()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), quiesceTimeout)
@@ -40,7 +43,7 @@ func (s *stopClient) stop(e *env) {
 	if err != nil {
 		e.warnf("dlock: stopping with a backend call still running (other clients of the backend may wait until fg): %v", err)
 	}
-	stopSelf()
+	halt()
 	if resume != nil {
 		resume()
 	}

@@ -9,14 +9,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dlock/dlock"
+	"github.com/dlock/dlock/driver"
+	"github.com/dlock/dlock/memlock"
 )
 
 // TestProcessStopQuiesces: Ctrl-Z makes dlock let its backend calls in
 // flight finish before it stops (a dlock stopped in the middle of a write
 // on SQLite would keep the file's write lock, refusing every other client
 // of the file until fg). Here another process holds the file's write lock,
-// so the renewal in flight cannot finish: dlock waits for it for its bound
-// (2s), says so, and stops anyway.
+// so the renewal in flight cannot finish; it waits between tries outside
+// the driver's gate (SQLite waits 1 ms per try), so the Quiesce comes in
+// between two tries and dlock stops without the warning of a call still
+// running (TestStopBoundedQuiesce covers that warning), and the renewal
+// goes on after fg.
 func TestProcessStopQuiesces(t *testing.T) {
 	dbURL, path := sqliteTestURL(t)
 	// The renewal waits for the file's write lock longer than the test.
@@ -61,8 +68,8 @@ FROM dlock_locks WHERE name = 'jobctl'`).Scan(&until, &now)
 	waitFor(t, "child and dlock to stop", time.Minute, func() bool {
 		return stopped(child) && stopped(cmd.Process.Pid)
 	})
-	if !strings.Contains(out.String(), "stopping with a backend call still running") {
-		t.Errorf("dlock stopped without waiting for its renewal in flight; output: %s", out)
+	if strings.Contains(out.String(), "stopping with a backend call still running") {
+		t.Errorf("dlock waited for a renewal that was only waiting for the file; output: %s", out)
 	}
 	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
@@ -77,5 +84,33 @@ FROM dlock_locks WHERE name = 'jobctl'`).Scan(&until, &now)
 	// The renewal either made it in time (exit 0) or not (lease lost).
 	if code := waitExit(t, cmd, time.Minute); code != 0 && code != exitLeaseLost {
 		t.Fatalf("exit %d: %s", code, out)
+	}
+}
+
+// quiesceBlocked is a driver whose Quiesce never finishes before its
+// context ends, as one with a statement stuck inside its gate.
+type quiesceBlocked struct{ driver.Driver }
+
+func (quiesceBlocked) Quiesce(ctx context.Context) (func(), error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestStopBoundedQuiesce: when the calls in flight do not finish within
+// quiesceTimeout, Ctrl-Z says so and stops anyway (job control must work),
+// with nothing to resume.
+func TestStopBoundedQuiesce(t *testing.T) {
+	c := dlock.New(quiesceBlocked{memlock.NewBackend().NewDriver()}, nil)
+	defer c.Close()
+	var sc stopClient
+	sc.set(c)
+	te := newTestEnv(nil)
+	halted := 0
+	sc.stopWith(te.env(), func() { halted++ })
+	if halted != 1 {
+		t.Fatalf("stopped %d times, want 1", halted)
+	}
+	if !strings.Contains(te.stderr.String(), "stopping with a backend call still running") {
+		t.Fatalf("no warning of the call still running; stderr: %q", te.stderr.String())
 	}
 }

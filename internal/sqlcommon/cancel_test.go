@@ -53,3 +53,42 @@ func TestCancelOnDone(t *testing.T) {
 		t.Fatalf("a statement whose cancel failed: %v, want ctx's error wrapping the statement context's cancellation", err)
 	}
 }
+
+// TestCancelOnDoneLetsCancelFinish: when the statement answers on its own
+// while its cancel is on the way (MySQL: GET_LOCK's wait ran out as the
+// caller's context ended), the cancel still runs to its end before
+// CancelOnDone returns. It used to be cut short with the statement's
+// context: the client gave up on the KILL QUERY it had sent, the server ran
+// it later anyway, and it killed whatever the pooled connection ran next,
+// a later Lock with a live context ("Error 1317 (70100): Query execution
+// was interrupted", without the deadline, in mysqllock's
+// TestCancelAsWaitEnds under load).
+func TestCancelOnDoneLetsCancelFinish(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	var stmtCtx context.Context
+	cutShort := make(chan bool, 1)
+	backendCancel := func(kctx context.Context) error {
+		<-returned       // the statement has answered on its own
+		<-stmtCtx.Done() // and CancelOnDone has ended its context
+		cutShort <- kctx.Err() != nil
+		return nil
+	}
+	err := CancelOnDone(ctx, backendCancel, func(qctx context.Context) error {
+		stmtCtx = qctx
+		cancel() // the caller's context ends as the statement answers
+		defer close(returned)
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("CancelOnDone = %v, want the caller's context's error", err)
+	}
+	select {
+	case c := <-cutShort:
+		if c {
+			t.Fatal("the backend's cancel had its context cancelled when the statement answered")
+		}
+	default:
+		t.Fatal("CancelOnDone returned before the backend's cancel finished")
+	}
+}

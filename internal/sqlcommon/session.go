@@ -146,21 +146,29 @@ func CancelOnDone(ctx context.Context, cancel func(context.Context) error, query
 	watched := make(chan struct{})
 	watching := context.AfterFunc(ctx, func() {
 		defer close(watched)
-		cctx, stop := context.WithTimeout(qctx, CancelGrace)
+		// The cancel's own context is not the statement's: a statement
+		// that answers on its own while its cancel is on the way must not
+		// cut the cancel short, or the server may run a cancel the client
+		// gave up on later, against whatever the connection runs next.
+		cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), CancelGrace)
 		defer stop()
 		if cancel(cctx) != nil {
 			interrupt()
 			return
 		}
-		<-cctx.Done() // qctx ends when the statement returned
+		select {
+		case <-qctx.Done(): // the statement returned
+		case <-cctx.Done():
+		}
 		interrupt()
 	})
 	err := query(qctx)
 	if watching() {
 		return err
 	}
-	// The watcher ran: stop its wait, and let it finish before the caller
-	// does anything else with the connection.
+	// The watcher ran: stop its wait for the statement, and let its
+	// cancel finish before the caller does anything else with the
+	// connection.
 	interrupt()
 	<-watched
 	if err == nil {

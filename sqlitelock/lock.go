@@ -9,6 +9,7 @@ import (
 
 	"github.com/dlock/dlock/driver"
 	"github.com/dlock/dlock/internal/sqlcommon"
+	"github.com/dlock/dlock/internal/standback"
 )
 
 // standBack delays an attempt by left, the rest of the driver's stand-back
@@ -17,20 +18,14 @@ func (d *Driver) standBack(ctx context.Context, left time.Duration) error {
 	if d.testHookStandBack != nil {
 		d.testHookStandBack()
 	}
-	t := time.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return standback.Delay(ctx, left, nil)
 }
 
 // TryAcquire makes one attempt to take or re-enter req.Name in a single
-// statement. Right after this driver released the name to waiters elsewhere
-// the attempt is delayed up to 5ms first (see signal.yielding). When another owner holds the lock (or it is within its
-// lock-delay) it returns a *driver.LockedError whose RetryAfter is the time
+// statement. Right after this driver released the name to waiters
+// elsewhere the attempt is delayed up to 5ms first (see signal.yielding).
+// When another owner holds the lock (or it is within its lock-delay) it
+// returns a *driver.LockedError whose RetryAfter is the time
 // until the lease plus lock-delay ends by SQLite's clock.
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	if d.closed.Load() {

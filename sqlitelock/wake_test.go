@@ -110,6 +110,37 @@ func TestReleaserStandsBack(t *testing.T) {
 	}
 }
 
+// TestStandBackThenAsksTable: an attempt that stands back is delayed, not
+// refused: when the woken waiter does not come for the lock within the
+// stand-back, the releaser's attempt then asks the table and is granted.
+// (It used to be refused as if the lock were held, and the refused Lock
+// waited out the rest of the stand-back and a millisecond more before it
+// asked again.)
+func TestStandBackThenAsksTable(t *testing.T) {
+	ctx := context.Background()
+	a, b := twoDrivers(t)
+	var standing atomic.Int64
+	a.(*Driver).testHookStandBack = func() { standing.Add(1) }
+	req := func(owner string) driver.AcquireRequest {
+		return driver.AcquireRequest{Name: "idle-waiter", Owner: owner, TTL: time.Minute}
+	}
+	g, err := a.TryAcquire(ctx, req("a1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.(driver.Notifier).Subscribe(ctx, "idle-waiter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if _, err := a.Release(ctx, driver.Lease{Name: "idle-waiter", Owner: "a1", Token: g.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.TryAcquire(ctx, req("a2")); err != nil || standing.Load() != 1 {
+		t.Fatalf("the releaser's attempt with a waiter that does not come: %v after %d stand-backs, want a grant after 1", err, standing.Load())
+	}
+}
+
 // twoDrivers opens two drivers on one new database, closed with the test.
 func twoDrivers(t *testing.T) (driver.Driver, driver.Driver) {
 	t.Helper()

@@ -156,7 +156,14 @@ func (s *StandBack) Wait(ctx context.Context, req driver.AcquireRequest, next fu
 	if next != nil {
 		granted = next()
 	}
-	t := time.NewTimer(left)
+	return Delay(ctx, left, granted)
+}
+
+// Delay waits for d, or until granted is closed (nil: never), whichever
+// comes first; it returns ctx's error if ctx ends first. It is the wait of
+// a stand-back, for drivers that decide when to stand back themselves.
+func Delay(ctx context.Context, d time.Duration, granted <-chan struct{}) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

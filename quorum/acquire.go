@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	dlock "github.com/dlock/dlock"
@@ -82,27 +83,31 @@ func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (dri
 	}
 	defer d.gate.exit()
 	for try := 1; ; try++ {
-		g, leftovers, err := d.attempt(ctx, req)
-		if !leftovers {
+		g, again, err := d.attempt(ctx, req)
+		if !again {
 			return g, err
 		}
-		if try == maxLeftoverTries || ctx.Err() != nil {
+		if try == maxTries || ctx.Err() != nil {
 			return driver.Grant{}, &driver.LockedError{RetryAfter: time.Millisecond}
 		}
 	}
 }
 
-// maxLeftoverTries bounds the attempts of one TryAcquire that found and
-// cleared leftover grants of its own owner (see attempt).
-const maxLeftoverTries = 3
+// maxTries bounds the attempts of one TryAcquire that found and cleared
+// leftover grants of its own owner, or waited for its driver's stragglers
+// (see attempt).
+const maxTries = 3
 
-// attempt is one round of the quorum acquire. leftovers reports that a
-// majority granted, but fewer than a majority of nodes re-entered a grant
-// of the same owner: the owner holds no live lease, and the holds it has on
-// some nodes are leftovers of an attempt whose undo never reached them. A
-// re-entry reports the token of that old grant, which may be lower than
-// grants made since on other nodes; attempt then releases everything it
-// got, clears the leftovers, and the caller tries again afresh.
+// attempt is one round of the quorum acquire. again reports that the
+// caller is to try again afresh, in two cases. A majority granted, but
+// fewer than a majority of nodes re-entered a grant of the same owner: the
+// owner holds no live lease, and the holds it has on some nodes are
+// leftovers of an attempt whose undo never reached them. A re-entry
+// reports the token of that old grant, which may be lower than grants made
+// since on other nodes; attempt then releases everything it got and clears
+// the leftovers. Or a majority would have granted but for nodes that
+// refused while this driver's own earlier requests were on their way there
+// (see stragglers); attempt then waits until enough of those are done.
 func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver.Grant, bool, error) {
 	if err := ctx.Err(); err != nil {
 		// The node calls below outlive ctx (and are waited for when it
@@ -112,6 +117,8 @@ func (d *Driver) attempt(ctx context.Context, req driver.AcquireRequest) (driver
 	if err := d.late.await(ctx, req); err != nil {
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", err)
 	}
+	k := nameKind{req.Name, req.Kind}
+	straggled := d.strag.nodes(k)
 	start := time.Now()
 	timeout := d.timeoutFor(req.TTL)
 	n := len(d.nodes)
@@ -162,10 +169,30 @@ collect:
 		return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", fmt.Errorf("%d of %d nodes granted, a quorum is %d", granted, n, d.quorum))
 	}
 	if granted < d.quorum {
+		stale := d.strag.refusing(k, ans, straggled)
+		if len(stale) > 0 && granted+len(stale)+n-got >= d.quorum {
+			// Some refusals came from nodes with this driver's own
+			// earlier requests on their way (stragglers), and a
+			// majority could have granted without them, depending on
+			// the nodes yet to answer: hear those (each within the node
+			// timeout). Only then does an attempt wait for a hung node
+			// here.
+			for got < n {
+				take(<-results)
+			}
+		}
 		// Nodes still answering are undone when they answer, in the
 		// background: a hung node does not slow every refusal down.
 		d.undo(ctx, req, ans)
-		d.undoLate(req, results, n-got)
+		d.undoLate(req, results, ans)
+		if need := d.quorum - granted; len(stale) > 0 && len(stale) >= need {
+			// Without the stragglers, a majority would have granted:
+			// try again once enough of them are done.
+			if err := d.strag.await(ctx, k, stale, need); err != nil {
+				return driver.Grant{}, false, ctxerr.Wrap(ctx, "quorum: acquire", err)
+			}
+			return driver.Grant{}, true, nil
+		}
 		return driver.Grant{}, false, d.refusal(ctx, req, ans, time.Since(start))
 	}
 	if reentered {
@@ -430,25 +457,34 @@ func (d *Driver) undo(ctx context.Context, req driver.AcquireRequest, ans []answ
 }
 
 // undoLate releases, in the background, one hold of a failed attempt on
-// each of the pending nodes that grants it or may have, once it answers.
-// A node whose answer is lost is released by owner alone (token 0): the
-// next attempt of the same owner waits for that (see lateUndos), or the
-// release could take away the grant that attempt gets there.
-func (d *Driver) undoLate(req driver.AcquireRequest, results <-chan result[driver.Grant], pending int) {
-	if pending == 0 {
+// each of the nodes that had not answered (ans), once it answers and grants
+// it or may have. A node whose answer is lost is released by owner alone
+// (token 0): the next attempt of the same owner waits for that (see
+// lateUndos), or the release could take away the grant that attempt gets
+// there. Until a node's request is done, the next attempts on the name
+// count it as taken (see stragglers).
+func (d *Driver) undoLate(req driver.AcquireRequest, results <-chan result[driver.Grant], ans []answer) {
+	var pending []int
+	for i, a := range ans {
+		if !a.done {
+			pending = append(pending, i)
+		}
+	}
+	if len(pending) == 0 {
 		return
 	}
 	done := d.late.begin(keyOf(req))
+	nodeDone := d.strag.begin(nameKind{req.Name, req.Kind}, pending)
 	d.gate.spawn(func() {
 		defer done()
 		for range pending {
 			r := <-results
-			if r.err != nil && definite(r.err) {
-				continue
+			if r.err == nil || !definite(r.err) {
+				ctx, cancel := context.WithTimeout(context.Background(), d.timeoutFor(req.TTL))
+				_, _ = d.nodes[r.i].d.Release(ctx, nodeLease(req, r.v))
+				cancel()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), d.timeoutFor(req.TTL))
-			_, _ = d.nodes[r.i].d.Release(ctx, nodeLease(req, r.v))
-			cancel()
+			nodeDone(r.i)
 		}
 	})
 }
@@ -634,5 +670,131 @@ func (u *lateUndos) await(ctx context.Context, req driver.AcquireRequest) error 
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// stragglers tracks, by name and kind, the nodes where a refused attempt's
+// request is still on its way (undoLate). Such a request may yet be
+// granted there, after the holder has released, and then keeps the lock
+// from every attempt on that node until undoLate has released it. An
+// attempt refused by such nodes, that a majority would have granted
+// without them, waits until enough of them are done and tries again
+// (attempt): before, a TryLock made right after the holder's Unlock
+// returned could be refused by this driver's own earlier attempts
+// (locktest's Reentrancy on a loaded machine: a new client's request to
+// SQLite answered after its refusal and was granted once the holder had
+// released there, while the holder's release to PostgreSQL was still on
+// its way, Unlock having returned on a majority). Only refusing nodes
+// count: a straggler on a hung node, which answers nothing, makes no
+// attempt wait for it.
+type stragglers struct {
+	names atomic.Int32 // len(m), read without mu
+	mu    sync.Mutex
+	m     map[nameKind]*straggling
+}
+
+type nameKind struct {
+	name string
+	kind driver.Kind
+}
+
+// straggling is one name's nodes with requests in flight.
+type straggling struct {
+	busy    map[int]int   // node index → requests in flight there
+	changed chan struct{} // closed, and replaced, when a node's last one ends
+}
+
+// begin records a request in flight for k on each of nodes, and returns
+// the function that ends the one on node i.
+func (s *stragglers) begin(k nameKind, nodes []int) func(i int) {
+	s.mu.Lock()
+	if s.m == nil {
+		s.m = map[nameKind]*straggling{}
+	}
+	e := s.m[k]
+	if e == nil {
+		e = &straggling{busy: map[int]int{}, changed: make(chan struct{})}
+		s.m[k] = e
+		s.names.Add(1)
+	}
+	for _, i := range nodes {
+		e.busy[i]++
+	}
+	s.mu.Unlock()
+	return func(i int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if e.busy[i]--; e.busy[i] > 0 {
+			return
+		}
+		delete(e.busy, i)
+		close(e.changed)
+		e.changed = make(chan struct{})
+		if len(e.busy) == 0 {
+			delete(s.m, k)
+			s.names.Add(-1)
+		}
+	}
+}
+
+// nodes returns the nodes with requests for k in flight.
+func (s *stragglers) nodes(k nameKind) []int {
+	if s.names.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[k]
+	if e == nil {
+		return nil
+	}
+	out := make([]int, 0, len(e.busy))
+	for i := range e.busy {
+		out = append(out, i)
+	}
+	return out
+}
+
+// refusing returns the nodes that refused an attempt (ans) and had requests
+// for k in flight when it was sent (before) or have them now.
+func (s *stragglers) refusing(k nameKind, ans []answer, before []int) []int {
+	var out []int
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.m[k]
+	for i, a := range ans {
+		if a.refused() && (slices.Contains(before, i) || (e != nil && e.busy[i] > 0)) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// await waits until at least need of nodes have no request for k in
+// flight, or ctx ends.
+func (s *stragglers) await(ctx context.Context, k nameKind, nodes []int, need int) error {
+	for {
+		s.mu.Lock()
+		e := s.m[k]
+		if e == nil {
+			s.mu.Unlock()
+			return nil
+		}
+		free := 0
+		for _, i := range nodes {
+			if e.busy[i] == 0 {
+				free++
+			}
+		}
+		ch := e.changed
+		s.mu.Unlock()
+		if free >= need {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }

@@ -121,6 +121,7 @@ type Driver struct {
 	done  chan struct{} // closed when Close begins: background work stops
 	recs  records       // live grants' quorum tokens, for re-entry
 	late  lateUndos     // undoLate's work in flight, by name, kind and owner
+	strag stragglers    // undoLate's work in flight, by name, kind and node
 	close sync.Once
 	cerr  error
 }

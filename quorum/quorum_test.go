@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -549,6 +550,125 @@ func TestLateUndoDoesNotTakeTheNextGrant(t *testing.T) {
 	// b's next attempt. Had it not waited for the late undo, it would be
 	// granted on every node at once, before that undo's release to node 2.
 	nextGrantKept(t, bs, qb, ln, reqB, "the late undo of b's refused attempt")
+}
+
+// stallNode is a node whose acquire number stallAt (from 1) waits, before
+// it reaches the node, until the test closes answer; its Releases wait until
+// the test closes release.
+type stallNode struct {
+	*memlock.Driver
+	stallAt            int32
+	answer, release    chan struct{}
+	acquires, answered atomic.Int32
+}
+
+func (n *stallNode) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
+	if n.acquires.Add(1) == n.stallAt {
+		select {
+		case <-n.answer:
+		case <-ctx.Done():
+			return driver.Grant{}, ctx.Err()
+		}
+	}
+	defer n.answered.Add(1)
+	return n.Driver.TryAcquire(ctx, req)
+}
+
+func (n *stallNode) Release(ctx context.Context, l driver.Lease) (int, error) {
+	select {
+	case <-n.release:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return n.Driver.Release(ctx, l)
+}
+
+// TestStragglersDoNotRefuseTheNextAttempt: a refused attempt left a request
+// on its way to node 2 (a slow node, a new connection), granted there once
+// the holder x has released, while its undo is on its way; node 1 is still
+// held by y (as by a holder whose Unlock returned on a majority, its
+// release to node 1 still on its way). The next attempt, granted by node 0
+// alone, would have had a majority but for the driver's own straggler: it
+// waits for that straggler's undo and tries again, where before it was
+// refused (locktest's Reentrancy over Redis, PostgreSQL and SQLite nodes,
+// now and then under load). An attempt refused by a majority of holders is
+// not held up by a straggler, as it would not be by a hung node.
+func TestStragglersDoNotRefuseTheNextAttempt(t *testing.T) {
+	bs, as := memNodes(t, 3)
+	qa := newMemQuorum(t, as)
+	defer qa.Close()
+	n2 := &stallNode{Driver: bs[2].NewDriver(), stallAt: 1, answer: make(chan struct{}), release: make(chan struct{})}
+	qb, err := quorum.New([]driver.Driver{bs[0].NewDriver(), bs[1].NewDriver(), n2}, &quorum.Options{NodeTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qb.Close()
+	var open2 sync.Once
+	let2 := func() { open2.Do(func() { close(n2.release) }) }
+	defer let2() // on a failure, before Close waits for the undo
+	var answer2 sync.Once
+	defer answer2.Do(func() { close(n2.answer) })
+	ctx := context.Background()
+	name := fmt.Sprintf("stragglers-%d", memSeq.Add(1))
+	const ttl = time.Minute
+	gx, err := qa.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "x", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt := func(owner string, within time.Duration) (driver.Grant, error) {
+		ctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		return qb.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: owner, TTL: ttl})
+	}
+	// b1's request to node 2 stalls; b2, refused by x everywhere, is not
+	// held up by it.
+	if _, err := attempt("b1", 5*time.Second); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("b1 while x holds the lock: %v, want ErrLocked", err)
+	}
+	testwait.Until(t, 5*time.Second, "b1's request at node 2", func() bool { return n2.acquires.Load() == 1 })
+	if _, err := attempt("b2", 5*time.Second); !errors.Is(err, driver.ErrLocked) {
+		t.Fatalf("b2 while x holds the lock: %v, want ErrLocked", err)
+	}
+	testwait.Until(t, 5*time.Second, "node 2's answer to b2", func() bool { return n2.answered.Load() == 1 })
+	if _, err := qa.Release(ctx, driver.Lease{Name: name, Owner: "x", Token: gx.Token, Handle: gx.Handle, TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, 5*time.Second, "x's release on every node", func() bool {
+		for _, b := range bs {
+			if o, _ := b.Holder(name); o == "x" {
+				return false
+			}
+		}
+		return true
+	})
+	if _, err := as[1].TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "y", TTL: ttl}); err != nil {
+		t.Fatal(err)
+	}
+	answer2.Do(func() { close(n2.answer) })
+	testwait.Until(t, 5*time.Second, "the straggler's grant", func() bool {
+		o, _ := bs[2].Holder(name)
+		return o == "b1"
+	})
+	// Its undo is held back: b3 must wait for it, not be refused.
+	if _, err := attempt("b3", 200*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		for i, b := range bs {
+			o, _ := b.Holder(name)
+			t.Logf("node %d: %q", i, o)
+		}
+		t.Fatalf("b3 with the straggler's undo held back: %v, want to wait for it (the context's deadline)", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		g, err := attempt("b3", 10*time.Second)
+		if err == nil {
+			_, err = qb.Release(ctx, driver.Lease{Name: name, Owner: "b3", Token: g.Token, Handle: g.Handle, TTL: ttl})
+		}
+		done <- err
+	}()
+	let2() // the undo on node 2, then b3's requests go out
+	if err := <-done; err != nil {
+		t.Fatalf("b3 once b1's straggler was undone: %v, want a grant", err)
+	}
 }
 
 // nextGrantKept makes req's next attempt on qb, whose node 2 is ln, while a

@@ -131,9 +131,45 @@ func TestWaitWithANodePaused(t *testing.T) {
 	holder, waiter := newClient(t, nodes, ttl), newClient(t, nodes, ttl)
 	name := "wait-paused"
 	var log tokenLog
-	// Both clients have reached every node before the pause.
+	admins := make([]*redis.Client, len(nodes))
+	for i, n := range nodes {
+		opt, err := redis.ParseURL(n.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admins[i] = redis.NewClient(opt)
+		defer admins[i].Close()
+	}
+	// holders lists the lock's owner on each node ("" where free).
+	holders := func() []string {
+		var out []string
+		for _, a := range admins {
+			locks, err := redisscript.Inspect(context.Background(), a, redislock.DefaultKeyPrefix, name)
+			switch {
+			case err != nil:
+				out = append(out, "?")
+			case len(locks) == 0:
+				out = append(out, "")
+			default:
+				out = append(out, locks[0].Owner)
+			}
+		}
+		return out
+	}
+	// Both clients have reached every node before the pause. The holder
+	// must hold every node: a release returns on a majority, and a holder
+	// granted by a bare majority (the waiter's release still on its way
+	// to the third node) loses its lease once node 1 is paused, and the
+	// waiter is then rightly granted at once (this failed about 1 run in
+	// 10 under load, as "the waiter subscribed").
 	unlock(t, lock(t, waiter, name, &log, "all up, waiter"))
+	testwait.Until(t, 5*time.Second, "the waiter's release on every node", func() bool {
+		return slices.Equal(holders(), []string{"", "", ""})
+	})
 	l := lock(t, holder, name, &log, "all up, holder")
+	testwait.Until(t, 5*time.Second, "the holder's grant on every node", func() bool {
+		return slices.Equal(holders(), []string{l.Owner(), l.Owner(), l.Owner()})
+	})
 	if err := nodes[1].srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,15 +192,9 @@ func TestWaitWithANodePaused(t *testing.T) {
 		defer cancel()
 		return waiter.NewMutex(name, nil).Lock(ctx)
 	})
-	opt, err := redis.ParseURL(nodes[0].url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := redis.NewClient(opt)
-	defer admin.Close()
 	channel := redisscript.KeysFor(redislock.DefaultKeyPrefix, name).Channel
 	testwait.Until(t, 5*time.Second, "the waiter subscribed", func() bool {
-		m, err := admin.PubSubNumSub(context.Background(), channel).Result()
+		m, err := admins[0].PubSubNumSub(context.Background(), channel).Result()
 		return err == nil && m[channel] > 0
 	})
 	unlock(t, l)

@@ -116,6 +116,40 @@ func TestOneOfThreeDownStillGrants(t *testing.T) {
 	}
 }
 
+// openProbes opens a driver of its own on each node, to look at it
+// (nodeOwners); the test's cleanup closes them.
+func openProbes(t testing.TB, nodes []*testNode) []driver.Driver {
+	t.Helper()
+	probes := make([]driver.Driver, len(nodes))
+	for i, n := range nodes {
+		d, err := dlock.OpenDriver(context.Background(), n.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probes[i] = d
+		t.Cleanup(func() { _ = d.Close() })
+	}
+	return probes
+}
+
+// nodeOwners lists name's owner on each probe's node: "" where it is free,
+// "?" where the node did not answer.
+func nodeOwners(probes []driver.Driver, name string) []string {
+	var out []string
+	for _, p := range probes {
+		infos, err := p.(driver.Inspector).Inspect(context.Background(), name)
+		switch {
+		case err != nil:
+			out = append(out, "?")
+		case len(infos) == 0:
+			out = append(out, "")
+		default:
+			out = append(out, infos[0].Owner)
+		}
+	}
+	return out
+}
+
 // TestWaitWithANodePaused: with one node of three paused (it accepts
 // connections and requests but answers nothing), a Lock that has to wait
 // returns when its context ends, give or take one node timeout, and a
@@ -131,31 +165,8 @@ func TestWaitWithANodePaused(t *testing.T) {
 	holder, waiter := newClient(t, nodes, ttl), newClient(t, nodes, ttl)
 	name := "wait-paused"
 	var log tokenLog
-	admins := make([]*redis.Client, len(nodes))
-	for i, n := range nodes {
-		opt, err := redis.ParseURL(n.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		admins[i] = redis.NewClient(opt)
-		defer admins[i].Close()
-	}
-	// holders lists the lock's owner on each node ("" where free).
-	holders := func() []string {
-		var out []string
-		for _, a := range admins {
-			locks, err := redisscript.Inspect(context.Background(), a, redislock.DefaultKeyPrefix, name)
-			switch {
-			case err != nil:
-				out = append(out, "?")
-			case len(locks) == 0:
-				out = append(out, "")
-			default:
-				out = append(out, locks[0].Owner)
-			}
-		}
-		return out
-	}
+	probes := openProbes(t, nodes)
+	holders := func() []string { return nodeOwners(probes, name) }
 	// Both clients have reached every node before the pause. The holder
 	// must hold every node: a release returns on a majority, and a holder
 	// granted by a bare majority (the waiter's release still on its way
@@ -192,9 +203,15 @@ func TestWaitWithANodePaused(t *testing.T) {
 		defer cancel()
 		return waiter.NewMutex(name, nil).Lock(ctx)
 	})
+	opt, err := redis.ParseURL(nodes[0].url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(opt)
+	defer admin.Close()
 	channel := redisscript.KeysFor(redislock.DefaultKeyPrefix, name).Channel
 	testwait.Until(t, 5*time.Second, "the waiter subscribed", func() bool {
-		m, err := admins[0].PubSubNumSub(context.Background(), channel).Result()
+		m, err := admin.PubSubNumSub(context.Background(), channel).Result()
 		return err == nil && m[channel] > 0
 	})
 	unlock(t, l)
@@ -413,15 +430,7 @@ func TestRestartEmptyMidHold(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}()
-	probes := make([]driver.Driver, len(nodes))
-	for i, n := range nodes {
-		d, err := dlock.OpenDriver(context.Background(), n.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		probes[i] = d
-		defer d.Close()
-	}
+	probes := openProbes(t, nodes)
 
 	for i, n := range nodes {
 		before := log.len()
@@ -433,21 +442,7 @@ func TestRestartEmptyMidHold(t *testing.T) {
 			// A worker's attempt cut short by its deadline can leave a
 			// grant on a node until its TTL: take the lock again until
 			// every node holds the holder's grant.
-			owners := func() []string {
-				var out []string
-				for _, p := range probes {
-					infos, err := p.(driver.Inspector).Inspect(context.Background(), name)
-					switch {
-					case err != nil:
-						out = append(out, "?")
-					case len(infos) == 0:
-						out = append(out, "")
-					default:
-						out = append(out, infos[0].Owner)
-					}
-				}
-				return out
-			}
+			owners := func() []string { return nodeOwners(probes, name) }
 			var l *dlock.Lease
 			for try := 0; l == nil; try++ {
 				l = lock(t, holder, name, &log, fmt.Sprintf("holder before restarting node %d", i))

@@ -598,7 +598,8 @@ func TestStragglersDoNotRefuseTheNextAttempt(t *testing.T) {
 	qa := newMemQuorum(t, as)
 	defer qa.Close()
 	n2 := &stallNode{Driver: bs[2].NewDriver(), stallAt: 1, answer: make(chan struct{}), release: make(chan struct{})}
-	qb, err := quorum.New([]driver.Driver{bs[0].NewDriver(), bs[1].NewDriver(), n2}, &quorum.Options{NodeTimeout: 10 * time.Second})
+	n0 := bs[0].NewDriver()
+	qb, err := quorum.New([]driver.Driver{n0, bs[1].NewDriver(), n2}, &quorum.Options{NodeTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -649,12 +650,11 @@ func TestStragglersDoNotRefuseTheNextAttempt(t *testing.T) {
 		o, _ := bs[2].Holder(name)
 		return o == "b1"
 	})
-	// Its undo is held back: b3 must wait for it, not be refused.
+	// Its undo is held back: b3 must wait for it, not be refused. Node 0,
+	// the one that grants b3, answers last: b3's attempt must hear it out
+	// before it can tell that a majority would have granted.
+	n0.DelayCalls(50 * time.Millisecond)
 	if _, err := attempt("b3", 200*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
-		for i, b := range bs {
-			o, _ := b.Holder(name)
-			t.Logf("node %d: %q", i, o)
-		}
 		t.Fatalf("b3 with the straggler's undo held back: %v, want to wait for it (the context's deadline)", err)
 	}
 	done := make(chan error, 1)

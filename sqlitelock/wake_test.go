@@ -124,21 +124,30 @@ func TestStandBackThenAsksTable(t *testing.T) {
 	req := func(owner string) driver.AcquireRequest {
 		return driver.AcquireRequest{Name: "idle-waiter", Owner: owner, TTL: time.Minute}
 	}
-	g, err := a.TryAcquire(ctx, req("a1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := b.(driver.Notifier).Subscribe(ctx, "idle-waiter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	g := heldWhileWatched(t, a, b, req("a1"))
 	if _, err := a.Release(ctx, driver.Lease{Name: "idle-waiter", Owner: "a1", Token: g.Token}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.TryAcquire(ctx, req("a2")); err != nil || standing.Load() != 1 {
 		t.Fatalf("the releaser's attempt with a waiter that does not come: %v after %d stand-backs, want a grant after 1", err, standing.Load())
 	}
+}
+
+// heldWhileWatched takes req on a and has b wait for the name (subscribed
+// until the test ends): a's release of the grant it returns wakes b.
+func heldWhileWatched(t *testing.T, a, b driver.Driver, req driver.AcquireRequest) driver.Grant {
+	t.Helper()
+	ctx := context.Background()
+	g, err := a.TryAcquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.(driver.Notifier).Subscribe(ctx, req.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return g
 }
 
 // twoDrivers opens two drivers on one new database, closed with the test.
@@ -172,15 +181,7 @@ func TestStandBackSparesRefusedWaiter(t *testing.T) {
 	req := func(owner string) driver.AcquireRequest {
 		return driver.AcquireRequest{Name: "spare", Owner: owner, TTL: time.Minute, Waiting: true}
 	}
-	g, err := a.TryAcquire(ctx, req("holder"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, err := b.(driver.Notifier).Subscribe(ctx, "spare")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
+	g := heldWhileWatched(t, a, b, req("holder"))
 	if _, err := a.TryAcquire(ctx, req("waiter")); !errors.Is(err, driver.ErrLocked) {
 		t.Fatalf("the waiter's first attempt: %v, want ErrLocked", err)
 	}

@@ -38,8 +38,10 @@ type proxy struct {
 
 // watchGate bounds how long a reconnected client's replies wait for its
 // setWatches request: a client with no watch set sends none. It stays well
-// below the receive timeout of the tests' shortest session (2s, so 1.3s).
-const watchGate = 250 * time.Millisecond
+// below the receive timeout of the shortest session the test server allows
+// (2 ticks of 200ms, so 267ms), and far above the microseconds the client
+// takes from starting its receive loop to reading the zxid.
+const watchGate = 100 * time.Millisecond
 
 // ZooKeeper opcodes of the requests that re-set a client's watches.
 const (

@@ -38,6 +38,9 @@ type entry struct {
 	granted chan struct{}
 }
 
+// closed is the channel of a grant that has happened (see nextGrant).
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // NewBackend returns an empty backend.
 func NewBackend() *Backend {
 	return &Backend{locks: map[string]*entry{}, rws: map[string]*rwEntry{}, sems: map[string]*semEntry{},
@@ -215,10 +218,11 @@ func (b *Backend) acquireMutexLocked(req driver.AcquireRequest, now time.Time) (
 	return driver.Grant{Token: e.fence, Count: 1}, nil
 }
 
-// nextGrant returns a channel closed at name's next mutex grant, for an
-// attempt that stands back: until it calls stoodBack, the attempt counts as
-// a waiter of name.
-func (b *Backend) nextGrant(name string) <-chan struct{} {
+// nextGrant returns a channel closed at name's next mutex grant after the
+// release of the grant with token released, for an attempt that stands
+// back: closed already when the name was granted since. Until it calls
+// stoodBack, the attempt counts as a waiter of name.
+func (b *Backend) nextGrant(name string, released uint64) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.standing[name]++
@@ -226,6 +230,9 @@ func (b *Backend) nextGrant(name string) <-chan struct{} {
 	if e == nil {
 		e = &entry{}
 		b.locks[name] = e
+	}
+	if e.fence > released {
+		return closed
 	}
 	if e.granted == nil {
 		e.granted = make(chan struct{})

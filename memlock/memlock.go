@@ -184,9 +184,9 @@ func (d *Driver) gate(ctx context.Context, op string) error {
 // (see standBack).
 func (d *Driver) TryAcquire(ctx context.Context, req driver.AcquireRequest) (driver.Grant, error) {
 	stood := false
-	if err := d.stand.Wait(ctx, req, func() <-chan struct{} {
+	if err := d.stand.Wait(ctx, req, func(released uint64) <-chan struct{} {
 		stood = true
-		return d.b.nextGrant(req.Name)
+		return d.b.nextGrant(req.Name, released)
 	}); err != nil {
 		if stood {
 			d.b.stoodBack(req.Name)

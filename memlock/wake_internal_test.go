@@ -2,6 +2,7 @@ package memlock
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -108,11 +109,14 @@ func TestStandingBackCountsAsWaiting(t *testing.T) {
 			return took
 		}
 		cycle("a")
+		b.mu.Lock()
+		last := b.locks["n"].fence
+		b.mu.Unlock()
 		if took := cycle("b"); took != 0 {
 			t.Fatalf("no waiter: the next Lock stood back %v", took)
 		}
-		b.nextGrant("n") // an attempt of another driver starts standing back
-		cycle("c")       // its grant ends that stand-back, but the attempt is not made yet
+		b.nextGrant("n", last+1) // an attempt of another driver starts standing back, after b's release
+		cycle("c")               // its grant ends that stand-back, but the attempt is not made yet
 		if took := cycle("d"); took != 2*time.Millisecond {
 			t.Fatalf("after a release with an attempt standing back, the next Lock waited %v, want the 2ms stand-back", took)
 		}
@@ -120,6 +124,52 @@ func TestStandingBackCountsAsWaiting(t *testing.T) {
 		cycle("e")
 		if took := cycle("f"); took != 0 {
 			t.Fatalf("with no waiter left, the next Lock stood back %v", took)
+		}
+	})
+}
+
+// TestStandBackAfterWaiterGranted: the waiter a release woke may be granted
+// between an attempt's look at its driver's stand-back and the attempt's
+// wait for the next grant; the attempt is then made at once. (It waited out
+// the whole 2ms stand-back before, for a grant that had already happened:
+// TestStandBack failed so, now and then, under load.)
+func TestStandBackAfterWaiterGranted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b, d1, req := oneDriver(t, true)
+		d2 := b.NewDriver()
+		defer d2.Close()
+		gh, err := d1.TryAcquire(ctx, req("holder"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := d2.Subscribe(ctx, "n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		if _, err := d2.TryAcquire(ctx, req("waiter")); !errors.Is(err, driver.ErrLocked) {
+			t.Fatalf("waiter: %v, want ErrLocked", err)
+		}
+		if _, err := d1.Release(ctx, driver.Lease{Name: "n", Owner: "holder", Token: gh.Token}); err != nil {
+			t.Fatal(err)
+		}
+		stood := false
+		d1.stand.TestHook = func() {
+			stood = true
+			if _, err := d2.TryAcquire(ctx, req("waiter")); err != nil {
+				t.Errorf("the woken waiter: %v", err)
+			}
+		}
+		start := time.Now()
+		if _, err := d1.TryAcquire(ctx, req("next")); !errors.Is(err, driver.ErrLocked) {
+			t.Fatalf("next: %v, want ErrLocked (the woken waiter holds the lock)", err)
+		}
+		if !stood {
+			t.Fatal("the attempt did not stand back: the test did not set up what it means to")
+		}
+		if d := time.Since(start); d != 0 {
+			t.Fatalf("the attempt waited %v for a grant that had happened, want 0", d)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -33,20 +34,15 @@ func TestProxyOrdersSetWatches(t *testing.T) {
 	if _, _, _, err := conn.ExistsW("/"); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer close(stop)
+	defer stop.Store(true)
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !stop.Load() {
 				conn.Exists("/")
 			}
 		}()

@@ -127,9 +127,12 @@ func (s *StandBack) Exempt(req driver.AcquireRequest) bool {
 // such end; a driver that sees the next grant passes one, so the attempt
 // is made, and refused, as soon as the woken waiter holds the lock), and
 // never past ctx, whose error it returns if ctx ended meanwhile. next is
-// called only when req stands back. Other kinds and exempt waiters go at
-// once.
-func (s *StandBack) Wait(ctx context.Context, req driver.AcquireRequest, next func() <-chan struct{}) error {
+// called only when req stands back, with the token of the release that
+// started the stand-back; it must return a closed channel when the name
+// was granted since that release (the woken waiter may have been granted
+// between Wait's look at the stand-back and the call). Other kinds and
+// exempt waiters go at once.
+func (s *StandBack) Wait(ctx context.Context, req driver.AcquireRequest, next func(released uint64) <-chan struct{}) error {
 	if req.Kind != driver.Exclusive {
 		return nil
 	}
@@ -154,7 +157,7 @@ func (s *StandBack) Wait(ctx context.Context, req driver.AcquireRequest, next fu
 	}
 	var granted <-chan struct{}
 	if next != nil {
-		granted = next()
+		granted = next(y.token)
 	}
 	return Delay(ctx, left, granted)
 }

@@ -19,7 +19,7 @@ func req(owner string, waiting bool) driver.AcquireRequest {
 }
 
 // waited runs s.Wait and returns how long it took on the bubble's clock.
-func waited(t *testing.T, s *StandBack, ctx context.Context, r driver.AcquireRequest, next func() <-chan struct{}) time.Duration {
+func waited(t *testing.T, s *StandBack, ctx context.Context, r driver.AcquireRequest, next func(uint64) <-chan struct{}) time.Duration {
 	t.Helper()
 	start := time.Now()
 	if err := s.Wait(ctx, r, next); err != nil {
@@ -79,7 +79,7 @@ func TestWaitEnds(t *testing.T) {
 			time.Sleep(time.Millisecond) // the woken waiter's grant, 1ms into the stand-back
 			close(granted)
 		}()
-		if d := waited(t, s, context.Background(), req("a", true), func() <-chan struct{} { return granted }); d != time.Millisecond {
+		if d := waited(t, s, context.Background(), req("a", true), func(uint64) <-chan struct{} { return granted }); d != time.Millisecond {
 			t.Fatalf("waited %v, want until the next grant (1ms)", d)
 		}
 		ctx, cancel := context.WithCancel(context.Background())

@@ -291,25 +291,57 @@ collect:
 // watchLoss returns a grant's Lost and Cause when enough of its granting
 // nodes report loss on their own (Grant.Lost, session-bound nodes) for a
 // loss of a majority to be seen: Lost closes once fewer than a majority of
-// the granting nodes still hold it. Otherwise both are nil and loss is
-// found by Renew. The watch ends when the lease is released or found gone,
-// when it lapses unrenewed, or at Close.
-func (d *Driver) watchLoss(h *handle, ans []answer) (<-chan struct{}, func() error) {
-	held := 0
-	var chans []<-chan struct{}
-	var causes []func() error
-	for _, a := range ans {
-		if !a.granted() {
-			continue
-		}
-		held++
-		if a.grant.Lost != nil {
-			chans = append(chans, a.grant.Lost)
-			causes = append(causes, a.grant.Cause)
-		}
+// the nodes that hold the grant still hold it. The nodes that hold it are
+// those of h, so a node whose grant came after the acquire returned (see
+// lateAnswers) counts too: without it, losing one of the two nodes that
+// had answered ended a lease that a majority still held. Otherwise both
+// are nil and loss is found by Renew. The watch ends when the lease is
+// released or found gone, when it lapses unrenewed, or at Close.
+func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
+	type watched struct {
+		node  int
+		lost  <-chan struct{}
+		cause func() error
 	}
-	mustLose := held - d.quorum + 1 // losses that leave fewer than a majority
-	if len(chans) < mustLose {
+	var ws []watched
+	seen := make([]bool, len(d.nodes))
+	// survey counts the nodes that hold the grant and those of them whose
+	// grant is not lost, and adds the Lost channels not yet watched; while
+	// some nodes have not answered yet, late is closed once they have, and
+	// pending is how many.
+	survey := func() (held, alive, pending int, late <-chan struct{}) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.latePending {
+			late = h.lateDone
+		}
+		for i, p := range h.nodes {
+			if !p.held {
+				if !p.refused && !p.unknown {
+					pending++
+				}
+				continue
+			}
+			held++
+			if p.grant.Lost == nil {
+				alive++
+				continue
+			}
+			select {
+			case <-p.grant.Lost:
+				continue
+			default:
+			}
+			alive++
+			if !seen[i] {
+				seen[i] = true
+				ws = append(ws, watched{i, p.grant.Lost, p.grant.Cause})
+			}
+		}
+		return held, alive, pending, late
+	}
+	held, _, _, _ := survey()
+	if mustLose := held - d.quorum + 1; len(ws) < mustLose { // losses that leave fewer than a majority
 		return nil, nil
 	}
 	lctx, cancel := context.WithCancelCause(context.Background())
@@ -317,15 +349,14 @@ func (d *Driver) watchLoss(h *handle, ans []answer) (<-chan struct{}, func() err
 		defer cancel(nil)
 		timer := time.NewTimer(time.Until(h.expiry()))
 		defer timer.Stop()
-		lost := 0
 		for {
 			cases := []reflect.SelectCase{
 				{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(d.done)},
 				{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.end)},
 				{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
 			}
-			for _, c := range chans {
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+			for _, w := range ws {
+				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.lost)})
 			}
 			chosen, _, _ := reflect.Select(cases)
 			switch chosen {
@@ -339,20 +370,33 @@ func (d *Driver) watchLoss(h *handle, ans []answer) (<-chan struct{}, func() err
 				timer.Reset(left)
 				continue
 			}
-			k := chosen - 3
-			lost++
+			w := ws[chosen-3]
+			ws = append(ws[:chosen-3], ws[chosen-2:]...)
+			held, alive, pending, late := survey()
+			for alive < d.quorum && late != nil && alive+pending >= d.quorum {
+				// Nodes that have not answered yet may still make a
+				// majority: wait for their answers (within the node
+				// timeout) before ending the lease.
+				select {
+				case <-d.done:
+					return
+				case <-h.end:
+					return
+				case <-late:
+				}
+				held, alive, pending, late = survey()
+			}
+			if alive >= d.quorum {
+				continue
+			}
 			var cause error = driver.ErrSessionLost
-			if causes[k] != nil {
-				if c := causes[k](); c != nil {
+			if w.cause != nil {
+				if c := w.cause(); c != nil {
 					cause = c
 				}
 			}
-			if lost >= mustLose {
-				cancel(fmt.Errorf("quorum: the grant is lost on %d of the %d nodes that held it, a quorum is %d: %w", lost, held, d.quorum, cause))
-				return
-			}
-			chans = append(chans[:k], chans[k+1:]...)
-			causes = append(causes[:k], causes[k+1:]...)
+			cancel(fmt.Errorf("quorum: the grant is lost on %d of the %d nodes that held it, a quorum is %d: %w", held-alive, held, d.quorum, cause))
+			return
 		}
 	})
 	return lctx.Done(), func() error { return context.Cause(lctx) }

@@ -374,6 +374,76 @@ func TestLostWhenMajorityLost(t *testing.T) {
 	}
 }
 
+// lateQuorum returns a quorum driver over three session-bound memlock
+// nodes, and a grant of it that the third node, slowed by delay, had not
+// answered when the acquire returned.
+func lateQuorum(t *testing.T, delay time.Duration) ([]*sessioned, driver.Grant) {
+	t.Helper()
+	_, ds := memNodes(t, 3)
+	ss := []*sessioned{newSessioned(ds[0]), newSessioned(ds[1]), newSessioned(ds[2])}
+	q, err := quorum.New([]driver.Driver{ss[0], ss[1], ss[2]}, &quorum.Options{NodeTimeout: testNodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	ds[2].DelayCalls(delay)
+	g, err := q.TryAcquire(context.Background(), driver.AcquireRequest{Name: "late", Owner: "o", TTL: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := quorum.HeldBy(g); n != 2 {
+		t.Fatalf("the acquire returned with %d nodes holding, want the 2 quick ones: the test did not set up what it means to", n)
+	}
+	if g.Lost == nil {
+		t.Fatal("no Lost channel: every node is session-bound")
+	}
+	return ss, g
+}
+
+// notLost fails the test if g's Lost closes within 300ms.
+func notLost(t *testing.T, g driver.Grant, what string) {
+	t.Helper()
+	select {
+	case <-g.Lost:
+		t.Fatalf("lost %s: %v", what, g.Cause())
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestLateGrantCountsAgainstLoss: a node whose grant came after the
+// acquire returned holds the lease as much as the others: losing one of the
+// two nodes that answered first leaves a majority, and the late node's own
+// loss is watched from then on. (The loss watch counted only the first
+// answers, and ended the lease at the first node's loss:
+// TestLostWhenMajorityLost failed so when a node answered late under load.)
+func TestLateGrantCountsAgainstLoss(t *testing.T) {
+	t.Parallel()
+	sessionLost := fmt.Errorf("session ended (test): %w", driver.ErrSessionLost)
+	ss, g := lateQuorum(t, testNodeTimeout/4)
+	testwait.Until(t, 10*time.Second, "the late node's grant joining the lease", func() bool { return quorum.HeldBy(g) == 3 })
+	ss[0].lose(sessionLost)
+	notLost(t, g, "with one node of three gone")
+	ss[2].lose(sessionLost)
+	select {
+	case <-g.Lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost with two nodes of three gone, the late one among them")
+	}
+	if err := g.Cause(); !errors.Is(err, driver.ErrSessionLost) || !strings.Contains(err.Error(), "2 of the 3 nodes") {
+		t.Fatalf("Cause = %v, want the loss on 2 of the 3 nodes", err)
+	}
+}
+
+// TestLossAwaitsLateAnswers: a node lost while another has not answered
+// yet ends the lease only if that answer does not make a majority.
+func TestLossAwaitsLateAnswers(t *testing.T) {
+	t.Parallel()
+	ss, g := lateQuorum(t, testNodeTimeout/2)
+	ss[0].lose(fmt.Errorf("session ended (test): %w", driver.ErrSessionLost))
+	testwait.Until(t, 10*time.Second, "the late node's grant joining the lease", func() bool { return quorum.HeldBy(g) == 3 })
+	notLost(t, g, "with one node of three gone while the third had not answered")
+}
+
 // TestSlowNodeReleased: a node slower than the others still gets the
 // lease's release after Unlock has returned (on the majority's answers),
 // whether it had granted by then or not.

@@ -39,10 +39,6 @@ type handle struct {
 	// released by owner alone).
 	latePending bool
 	lateEnd     func()
-	// lateDone, set with latePending, is closed when lateAnswers has
-	// every answer (the loss watch waits for them before it ends a lease
-	// they may still hold by a majority).
-	lateDone chan struct{}
 }
 
 type nodePart struct {
@@ -385,13 +381,11 @@ func (d *Driver) lateAnswers(req driver.AcquireRequest, h *handle, results <-cha
 	}
 	h.mu.Lock()
 	h.latePending = true
-	h.lateDone = make(chan struct{})
 	h.mu.Unlock()
 	d.gate.spawn(func() {
 		defer func() {
 			h.mu.Lock()
 			h.latePending = false
-			close(h.lateDone)
 			end := h.lateEnd
 			h.lateEnd = nil
 			h.mu.Unlock()

@@ -306,20 +306,14 @@ func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
 	var ws []watched
 	seen := make([]bool, len(d.nodes))
 	// survey counts the nodes that hold the grant and those of them whose
-	// grant is not lost, and adds the Lost channels not yet watched; while
-	// some nodes have not answered yet, late is closed once they have, and
-	// pending is how many.
-	survey := func() (held, alive, pending int, late <-chan struct{}) {
+	// grant is not lost, and adds the Lost channels not yet watched. A node
+	// that has not answered yet is not counted: a loss is signalled as soon
+	// as the nodes known to hold the grant are fewer than a majority.
+	survey := func() (held, alive int) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.latePending {
-			late = h.lateDone
-		}
 		for i, p := range h.nodes {
 			if !p.held {
-				if !p.refused && !p.unknown {
-					pending++
-				}
 				continue
 			}
 			held++
@@ -338,9 +332,9 @@ func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
 				ws = append(ws, watched{i, p.grant.Lost, p.grant.Cause})
 			}
 		}
-		return held, alive, pending, late
+		return held, alive
 	}
-	held, _, _, _ := survey()
+	held, _ := survey()
 	if mustLose := held - d.quorum + 1; len(ws) < mustLose { // losses that leave fewer than a majority
 		return nil, nil
 	}
@@ -372,20 +366,7 @@ func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
 			}
 			w := ws[chosen-3]
 			ws = append(ws[:chosen-3], ws[chosen-2:]...)
-			held, alive, pending, late := survey()
-			for alive < d.quorum && late != nil && alive+pending >= d.quorum {
-				// Nodes that have not answered yet may still make a
-				// majority: wait for their answers (within the node
-				// timeout) before ending the lease.
-				select {
-				case <-d.done:
-					return
-				case <-h.end:
-					return
-				case <-late:
-				}
-				held, alive, pending, late = survey()
-			}
+			held, alive := survey()
 			if alive >= d.quorum {
 				continue
 			}

@@ -248,7 +248,7 @@ func HotLock(ctx context.Context, b Budget, lockers []LockFunc) (HotResult, erro
 			for {
 				unlock, err := lock(ctxW)
 				if err != nil {
-					if ctxW.Err() == nil {
+					if !ranOut(ctxW) {
 						fail(fmt.Errorf("goroutine %d: lock: %w", g, err))
 					}
 					return
@@ -338,6 +338,19 @@ func (r FairResult) RetakeShare() float64 {
 	return float64(n) / float64(len(r.Seq)-1)
 }
 
+// ranOut reports whether ctx has ended or its deadline has passed. A Lock
+// can fail for its deadline while ctx.Err() is still nil: a client that
+// sets its socket's deadline from ctx's (go-redis, pgx) sees the I/O
+// timeout fire by the clock, and the context's own timer may run a little
+// later on a loaded machine. Such a Lock ran out of time; it did not fail.
+func ranOut(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
+}
+
 // Fair runs one goroutine per entry of lockers, each looping: take the
 // lock, hold it for hold, free it, for about d; a Lock that began before d
 // ran out may wait up to fairGrace (10s) past it. It measures what a waiter sees when
@@ -375,7 +388,7 @@ func Fair(ctx context.Context, d, hold time.Duration, lockers []LockFunc) (FairR
 				}
 				mu.Unlock()
 				if err != nil {
-					if wctx.Err() == nil {
+					if !ranOut(wctx) {
 						fail(fmt.Errorf("goroutine %d: lock: %w", g, err))
 					}
 					return

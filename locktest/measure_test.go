@@ -317,3 +317,30 @@ func TestManyHeld(t *testing.T) {
 		t.Fatalf("err %v, levels %+v, %d still held; want ErrHold, level 0 and all released", err, r.Levels, held.Load())
 	}
 }
+
+// lapsed is a context whose deadline has passed but whose timer has not
+// fired yet (Err is nil), as a loaded machine can show for a moment.
+type lapsed struct{ context.Context }
+
+func (lapsed) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestTimeoutAtDeadlineIsNoFailure: a Lock that fails for its deadline
+// (an I/O timeout set from it) before the context's own timer has fired
+// ran out of time; HotLock and Fair do not report it as an error. (The peer
+// harness dropped dlock's hot-lock figures once for such a Lock.)
+func TestTimeoutAtDeadlineIsNoFailure(t *testing.T) {
+	timeout := func(context.Context) (func(context.Context) error, error) {
+		return nil, errors.New("write tcp: i/o timeout")
+	}
+	ctx := lapsed{context.Background()}
+	if _, err := HotLock(ctx, Budget{Max: 1}, []LockFunc{timeout}); err != nil {
+		t.Errorf("HotLock: %v, want no error", err)
+	}
+	if _, err := Fair(ctx, time.Second, time.Millisecond, []LockFunc{timeout}); err != nil {
+		t.Errorf("Fair: %v, want no error", err)
+	}
+	// A failure before the deadline is still one.
+	if _, err := HotLock(context.Background(), Budget{Max: 1}, []LockFunc{timeout}); err == nil {
+		t.Error("HotLock: no error for a Lock that failed before any deadline")
+	}
+}

@@ -32,19 +32,9 @@ func TestStandBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		gh, err := d1.TryAcquire(ctx, req("holder"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		// A waiter in d2, refused and subscribed, retries when woken.
-		sub, err := d2.Subscribe(ctx, "n")
-		if err != nil {
-			t.Fatal(err)
-		}
+		gh, sub := memlock.HeldWithWaiter(t, d1, d2, req)
 		defer sub.Close()
-		if _, err := d2.TryAcquire(ctx, req("waiter")); !errors.Is(err, driver.ErrLocked) {
-			t.Fatalf("waiter: %v, want ErrLocked", err)
-		}
 		type result struct {
 			g   driver.Grant
 			err error

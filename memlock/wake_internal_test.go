@@ -128,6 +128,28 @@ func TestStandingBackCountsAsWaiting(t *testing.T) {
 	})
 }
 
+// HeldWithWaiter has d1 take the mutex of req("holder") and d2 subscribe
+// to it and be refused it for req("waiter"); it returns the holder's grant
+// and d2's subscription, which the caller closes. (Exported for the tests
+// of package memlock_test.)
+func HeldWithWaiter(t *testing.T, d1, d2 *Driver, req func(owner string) driver.AcquireRequest) (driver.Grant, driver.Subscription) {
+	t.Helper()
+	ctx := context.Background()
+	gh, err := d1.TryAcquire(ctx, req("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := d2.Subscribe(ctx, req("waiter").Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d2.TryAcquire(ctx, req("waiter")); !errors.Is(err, driver.ErrLocked) {
+		sub.Close()
+		t.Fatalf("waiter: %v, want ErrLocked", err)
+	}
+	return gh, sub
+}
+
 // TestStandBackAfterWaiterGranted: the waiter a release woke may be granted
 // between an attempt's look at its driver's stand-back and the attempt's
 // wait for the next grant; the attempt is then made at once. (It waited out
@@ -139,18 +161,8 @@ func TestStandBackAfterWaiterGranted(t *testing.T) {
 		b, d1, req := oneDriver(t, true)
 		d2 := b.NewDriver()
 		defer d2.Close()
-		gh, err := d1.TryAcquire(ctx, req("holder"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		sub, err := d2.Subscribe(ctx, "n")
-		if err != nil {
-			t.Fatal(err)
-		}
+		gh, sub := HeldWithWaiter(t, d1, d2, req)
 		defer sub.Close()
-		if _, err := d2.TryAcquire(ctx, req("waiter")); !errors.Is(err, driver.ErrLocked) {
-			t.Fatalf("waiter: %v, want ErrLocked", err)
-		}
 		if _, err := d1.Release(ctx, driver.Lease{Name: "n", Owner: "holder", Token: gh.Token}); err != nil {
 			t.Fatal(err)
 		}

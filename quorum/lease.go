@@ -299,7 +299,6 @@ collect:
 // released or found gone, when it lapses unrenewed, or at Close.
 func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
 	type watched struct {
-		node  int
 		lost  <-chan struct{}
 		cause func() error
 	}
@@ -309,6 +308,7 @@ func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
 	// grant is not lost, and adds the Lost channels not yet watched. A node
 	// that has not answered yet is not counted: a loss is signalled as soon
 	// as the nodes known to hold the grant are fewer than a majority.
+	var lostCause func() error // of a grant found lost by survey
 	survey := func() (held, alive int) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -323,22 +323,38 @@ func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
 			}
 			select {
 			case <-p.grant.Lost:
+				lostCause = p.grant.Cause
 				continue
 			default:
 			}
 			alive++
 			if !seen[i] {
 				seen[i] = true
-				ws = append(ws, watched{i, p.grant.Lost, p.grant.Cause})
+				ws = append(ws, watched{p.grant.Lost, p.grant.Cause})
 			}
 		}
 		return held, alive
 	}
-	held, _ := survey()
-	if mustLose := held - d.quorum + 1; len(ws) < mustLose { // losses that leave fewer than a majority
+	// lostErr is the loss of the grant on held-alive of its held nodes.
+	lostErr := func(held, alive int, c func() error) error {
+		var cause error = driver.ErrSessionLost
+		if c != nil {
+			if err := c(); err != nil {
+				cause = err
+			}
+		}
+		return fmt.Errorf("quorum: the grant is lost on %d of the %d nodes that held it, a quorum is %d: %w", held-alive, held, d.quorum, cause)
+	}
+	held, alive := survey()
+	lctx, cancel := context.WithCancelCause(context.Background())
+	if alive < d.quorum { // lost already (a node's session ended as it granted)
+		cancel(lostErr(held, alive, lostCause))
+		return lctx.Done(), func() error { return context.Cause(lctx) }
+	}
+	if mustLose := alive - d.quorum + 1; len(ws) < mustLose { // losses that leave fewer than a majority
+		cancel(nil)
 		return nil, nil
 	}
-	lctx, cancel := context.WithCancelCause(context.Background())
 	d.gate.spawn(func() {
 		defer cancel(nil)
 		timer := time.NewTimer(time.Until(h.expiry()))
@@ -370,13 +386,7 @@ func (d *Driver) watchLoss(h *handle) (<-chan struct{}, func() error) {
 			if alive >= d.quorum {
 				continue
 			}
-			var cause error = driver.ErrSessionLost
-			if w.cause != nil {
-				if c := w.cause(); c != nil {
-					cause = c
-				}
-			}
-			cancel(fmt.Errorf("quorum: the grant is lost on %d of the %d nodes that held it, a quorum is %d: %w", held-alive, held, d.quorum, cause))
+			cancel(lostErr(held, alive, w.cause))
 			return
 		}
 	})

@@ -461,6 +461,35 @@ func TestLossBeforeLateAnswer(t *testing.T) {
 	}
 }
 
+// TestLostAtGrant: a grant whose nodes' sessions ended as they granted it,
+// leaving fewer than a majority, is lost at once: the watch does not wait
+// for a loss that has already happened.
+func TestLostAtGrant(t *testing.T) {
+	t.Parallel()
+	_, ds := memNodes(t, 3)
+	s0, s1 := newSessioned(ds[0]), newSessioned(ds[1])
+	q, err := quorum.New([]driver.Driver{s0, s1, ds[2]}, &quorum.Options{NodeTimeout: testNodeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	sessionLost := fmt.Errorf("session ended (test): %w", driver.ErrSessionLost)
+	s0.lose(sessionLost)
+	s1.lose(sessionLost)
+	g, err := q.TryAcquire(context.Background(), driver.AcquireRequest{Name: "lost-at-grant", Owner: "o", TTL: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.Lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal("not lost within 5s, with two of three nodes' sessions ended as they granted")
+	}
+	if err := g.Cause(); !errors.Is(err, driver.ErrSessionLost) {
+		t.Fatalf("Cause = %v, want ErrSessionLost", err)
+	}
+}
+
 // TestSlowNodeReleased: a node slower than the others still gets the
 // lease's release after Unlock has returned (on the majority's answers),
 // whether it had granted by then or not.

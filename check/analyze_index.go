@@ -104,7 +104,11 @@ func (a *analysis) index() {
 	}
 	a.rep.Start, a.rep.End = a.start, a.end
 
-	// Faults first: kills and panics end the leases of their worker.
+	// Faults first: kills and panics end the leases of their worker. A
+	// kill's worker dies at the fault's end, marked once the process has
+	// exited: it may still be granted a lock between the fault's start
+	// (marked before the signal) and its death, and that lease ends at the
+	// death too. A kill whose end is missing counts from its start.
 	open := map[[2]string][]int{}
 	for _, e := range a.events {
 		switch e.Kind {
@@ -113,11 +117,6 @@ func (a *analysis) index() {
 			k := [2]string{e.Fault, e.Target}
 			open[k] = append(open[k], len(a.windows))
 			a.windows = append(a.windows, faultWindow{fault: e.Fault, target: e.Target, start: e.Mono, end: a.end})
-			if e.Fault == FaultKillHolder {
-				if w, ok := workerOf(e.Target); ok {
-					a.deaths[w] = append(a.deaths[w], e.Mono)
-				}
-			}
 			if !slices.Contains(a.rep.FaultNames, e.Fault) {
 				a.rep.FaultNames = append(a.rep.FaultNames, e.Fault)
 			}
@@ -126,10 +125,25 @@ func (a *analysis) index() {
 			if q := open[k]; len(q) > 0 {
 				a.windows[q[0]].end = e.Mono
 				open[k] = q[1:]
+				if e.Fault == FaultKillHolder {
+					if w, ok := workerOf(e.Target); ok {
+						a.deaths[w] = append(a.deaths[w], e.Mono)
+					}
+				}
 			}
 		case KindPanic:
 			if e.Worker >= 0 {
 				a.deaths[e.Worker] = append(a.deaths[e.Worker], e.Mono)
+			}
+		}
+	}
+	for k, q := range open {
+		if k[0] != FaultKillHolder {
+			continue
+		}
+		for _, i := range q {
+			if w, ok := workerOf(k[1]); ok {
+				a.deaths[w] = append(a.deaths[w], a.windows[i].start)
 			}
 		}
 	}

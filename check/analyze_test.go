@@ -173,6 +173,27 @@ func TestAnalyzeValidityOverlap(t *testing.T) {
 	}
 }
 
+// A holder killed by kill-holder can be granted a lock between the fault's
+// start (marked before the signal) and its death (the fault's end, marked
+// once the process exited): that lease ends at the death, and a grant to
+// another worker after it is no overlap. (Counting the death from the
+// start left such a lease its whole TTL: 57 validity-overlap violations in
+// one postgres/advisory kill-holder cell.) A kill without an end counts
+// from its start.
+func TestAnalyzeKillAfterMark(t *testing.T) {
+	b := newHB("postgres", time.Second)
+	b.req(0, 1, 0).grant(0, 1, 101, 1, 1101)
+	b.fault(FaultKillHolder, "worker 0", 100, 105)
+	b.hold(1, 1, 50, 110, 200, 2, 1000)
+	want(t, b.run(t), nil)
+
+	b = newHB("postgres", time.Second)
+	b.req(0, 1, 0).grant(0, 1, 0, 1, 1000)
+	b.ev(Event{Kind: KindFaultStart, Mono: ms(100), Worker: -1, Fault: FaultKillHolder, Target: "worker 0"})
+	b.hold(1, 1, 50, 110, 200, 2, 1000)
+	want(t, b.run(t), nil)
+}
+
 // A holder whose renewal moved its deadline believes the later one.
 func TestAnalyzeValidityOverlapAfterRenewal(t *testing.T) {
 	b := newHB("etcd", time.Second)

@@ -117,7 +117,7 @@ type analysis struct {
 	leases  []*lease
 	byLock  map[string][]*lease // granted leases, by grant time
 	windows []faultWindow
-	deaths  map[int][]int64 // worker → times it was killed or panicked
+	deaths  map[int][]death // worker → when it was killed or panicked
 	start   int64
 	end     int64
 	rep     *Report
@@ -136,7 +136,7 @@ func Analyze(h *History) *Report {
 	if h == nil {
 		h = &History{}
 	}
-	a := &analysis{h: h, byLock: map[string][]*lease{}, deaths: map[int][]int64{}}
+	a := &analysis{h: h, byLock: map[string][]*lease{}, deaths: map[int][]death{}}
 	a.rep = &Report{Backend: h.Backend, URL: h.URL, TTL: h.TTL, LockDelay: h.LockDelay,
 		Workers: h.Workers, Goroutines: h.Goroutines, Locks: len(h.Locks),
 		FaultNames: slices.Clone(h.Faults)}

@@ -104,11 +104,8 @@ func (a *analysis) index() {
 	}
 	a.rep.Start, a.rep.End = a.start, a.end
 
-	// Faults first: kills and panics end the leases of their worker. A
-	// kill's worker dies at the fault's end, marked once the process has
-	// exited: it may still be granted a lock between the fault's start
-	// (marked before the signal) and its death, and that lease ends at the
-	// death too. A kill whose end is missing counts from its start.
+	// Faults first: kills and panics end the leases of their worker (see
+	// death).
 	open := map[[2]string][]int{}
 	for _, e := range a.events {
 		switch e.Kind {
@@ -127,13 +124,13 @@ func (a *analysis) index() {
 				open[k] = q[1:]
 				if e.Fault == FaultKillHolder {
 					if w, ok := workerOf(e.Target); ok {
-						a.deaths[w] = append(a.deaths[w], e.Mono)
+						a.deaths[w] = append(a.deaths[w], death{a.windows[q[0]].start, e.Mono})
 					}
 				}
 			}
 		case KindPanic:
 			if e.Worker >= 0 {
-				a.deaths[e.Worker] = append(a.deaths[e.Worker], e.Mono)
+				a.deaths[e.Worker] = append(a.deaths[e.Worker], death{e.Mono, e.Mono})
 			}
 		}
 	}
@@ -143,7 +140,7 @@ func (a *analysis) index() {
 		}
 		for _, i := range q {
 			if w, ok := workerOf(k[1]); ok {
-				a.deaths[w] = append(a.deaths[w], a.windows[i].start)
+				a.deaths[w] = append(a.deaths[w], death{a.windows[i].start, a.windows[i].start})
 			}
 		}
 	}
@@ -225,8 +222,8 @@ func (a *analysis) index() {
 			from = l.request
 		}
 		for _, d := range a.deaths[l.ref.Worker] {
-			if d >= from && (l.died == none || d < l.died) {
-				l.died = d
+			if at, ok := d.ends(from); ok && (l.died == none || at < l.died) {
+				l.died = at
 			}
 		}
 		if l.granted() {
@@ -236,6 +233,28 @@ func (a *analysis) index() {
 	for _, ls := range a.byLock {
 		slices.SortStableFunc(ls, func(x, y *lease) int { return cmp.Compare(x.grant, y.grant) })
 	}
+}
+
+// death is when a worker died: a panic at one moment; a kill-holder at some
+// moment between the fault's start, marked before the SIGKILL, and its end,
+// marked once the process has exited (from the start when the end is
+// missing). The server frees a session-bound lock when the process dies, so
+// another worker may be granted it before the end is marked.
+type death struct{ from, to int64 }
+
+// ends returns when a lease whose attempt began at begin ended by this
+// death: at the death's start for a lease begun before it; at its own
+// beginning for one begun during the kill (granted between the mark and the
+// signal: the worker died some moment after, which the history does not
+// tell, so the lease is not believed past its beginning); none after.
+func (d death) ends(begin int64) (int64, bool) {
+	switch {
+	case begin <= d.from:
+		return d.from, true
+	case begin <= d.to:
+		return begin, true
+	}
+	return 0, false
 }
 
 // workerOf parses a fault target "worker N".

@@ -173,18 +173,26 @@ func TestAnalyzeValidityOverlap(t *testing.T) {
 	}
 }
 
-// A holder killed by kill-holder can be granted a lock between the fault's
-// start (marked before the signal) and its death (the fault's end, marked
-// once the process exited): that lease ends at the death, and a grant to
-// another worker after it is no overlap. (Counting the death from the
-// start left such a lease its whole TTL: 57 validity-overlap violations in
-// one postgres/advisory kill-holder cell.) A kill without an end counts
-// from its start.
+// A worker killed by kill-holder dies between the fault's start (marked
+// before the signal) and its end (marked once the process exited). A lease
+// it was granted in between ends at its own grant: counting the death from
+// the start alone left it its whole TTL (57 validity-overlap violations in
+// one postgres/advisory kill-holder cell). A lease granted before the start
+// ends at the start: the server frees a session-bound lock as the process
+// dies, before the end is marked (counting the death from the end alone
+// made a violation of a mysql/getlock grant 1ms before it). A kill without
+// an end counts from its start.
 func TestAnalyzeKillAfterMark(t *testing.T) {
 	b := newHB("postgres", time.Second)
 	b.req(0, 1, 0).grant(0, 1, 101, 1, 1101)
 	b.fault(FaultKillHolder, "worker 0", 100, 105)
 	b.hold(1, 1, 50, 110, 200, 2, 1000)
+	want(t, b.run(t), nil)
+
+	b = newHB("mysql", time.Second)
+	b.req(0, 1, 0).grant(0, 1, 50, 1, 1050)
+	b.fault(FaultKillHolder, "worker 0", 100, 135)
+	b.hold(1, 1, 50, 131, 200, 2, 1000)
 	want(t, b.run(t), nil)
 
 	b = newHB("postgres", time.Second)

@@ -71,7 +71,7 @@ func WriteHTML(w io.Writer, h *History, r *Report) error {
 	if r == nil {
 		r = Analyze(h)
 	}
-	a := &analysis{h: h, byLock: map[string][]*lease{}, deaths: map[int][]int64{}, rep: &Report{}}
+	a := &analysis{h: h, byLock: map[string][]*lease{}, deaths: map[int][]death{}, rep: &Report{}}
 	a.index()
 	bw := bufio.NewWriter(w)
 	p := &htmlPage{w: bw, a: a, r: r}

@@ -336,18 +336,26 @@ func (s *sessioned) TryAcquire(ctx context.Context, req driver.AcquireRequest) (
 	return g, err
 }
 
-// TestLostWhenMajorityLost: the grant's Lost closes once a majority of its
-// nodes lost it, without waiting for a renewal.
-func TestLostWhenMajorityLost(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// twoSessioned returns three memlock nodes, the first two session-bound,
+// and a quorum driver over them closed with the test.
+func twoSessioned(t *testing.T) ([]*memlock.Backend, *sessioned, *sessioned, *quorum.Driver) {
+	t.Helper()
 	bs, ds := memNodes(t, 3)
 	s0, s1 := newSessioned(ds[0]), newSessioned(ds[1])
 	q, err := quorum.New([]driver.Driver{s0, s1, ds[2]}, &quorum.Options{NodeTimeout: testNodeTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer q.Close()
+	t.Cleanup(func() { q.Close() })
+	return bs, s0, s1, q
+}
+
+// TestLostWhenMajorityLost: the grant's Lost closes once a majority of its
+// nodes lost it, without waiting for a renewal.
+func TestLostWhenMajorityLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bs, s0, s1, q := twoSessioned(t)
 	const name = "lost"
 	g, err := q.TryAcquire(ctx, driver.AcquireRequest{Name: name, Owner: "o", TTL: 20 * time.Second})
 	if err != nil {
@@ -361,14 +369,7 @@ func TestLostWhenMajorityLost(t *testing.T) {
 	notLost(t, g, "with one node of three gone")
 	bs[1].Drop(name)
 	s1.lose(sessionLost)
-	select {
-	case <-g.Lost:
-	case <-time.After(5 * time.Second):
-		t.Fatal("lease not lost with two nodes of three gone (before its renewal)")
-	}
-	if err := g.Cause(); !errors.Is(err, driver.ErrSessionLost) {
-		t.Fatalf("Cause = %v, want ErrSessionLost", err)
-	}
+	isLost(t, g, "lease not lost with two nodes of three gone (before its renewal)")
 }
 
 // lateQuorum returns a quorum driver over three session-bound memlock
@@ -397,6 +398,20 @@ func lateQuorum(t *testing.T, delay time.Duration) ([]*sessioned, driver.Grant) 
 	return ss, g
 }
 
+// isLost fails the test with what unless g's Lost closes within 5s with a
+// Cause that wraps ErrSessionLost.
+func isLost(t *testing.T, g driver.Grant, what string) {
+	t.Helper()
+	select {
+	case <-g.Lost:
+	case <-time.After(5 * time.Second):
+		t.Fatal(what)
+	}
+	if err := g.Cause(); !errors.Is(err, driver.ErrSessionLost) {
+		t.Fatalf("Cause = %v, want ErrSessionLost", err)
+	}
+}
+
 // notLost fails the test if g's Lost closes within 300ms.
 func notLost(t *testing.T, g driver.Grant, what string) {
 	t.Helper()
@@ -421,11 +436,7 @@ func TestLateGrantCountsAgainstLoss(t *testing.T) {
 	ss[0].lose(sessionLost)
 	notLost(t, g, "with one node of three gone")
 	ss[2].lose(sessionLost)
-	select {
-	case <-g.Lost:
-	case <-time.After(5 * time.Second):
-		t.Fatal("not lost with two nodes of three gone, the late one among them")
-	}
+	isLost(t, g, "not lost with two nodes of three gone, the late one among them")
 	if err := g.Cause(); !errors.Is(err, driver.ErrSessionLost) || !strings.Contains(err.Error(), "2 of the 3 nodes") {
 		t.Fatalf("Cause = %v, want the loss on 2 of the 3 nodes", err)
 	}
@@ -454,11 +465,7 @@ func TestLossBeforeLateAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	s0.lose(fmt.Errorf("session ended (test): %w", driver.ErrSessionLost))
-	select {
-	case <-g.Lost:
-	case <-time.After(5 * time.Second):
-		t.Fatal("not lost within 5s with one of the two nodes that had answered gone, the third not answering")
-	}
+	isLost(t, g, "not lost within 5s with one of the two nodes that had answered gone, the third not answering")
 }
 
 // TestLostAtGrant: a grant whose nodes' sessions ended as they granted it,
@@ -466,13 +473,7 @@ func TestLossBeforeLateAnswer(t *testing.T) {
 // for a loss that has already happened.
 func TestLostAtGrant(t *testing.T) {
 	t.Parallel()
-	_, ds := memNodes(t, 3)
-	s0, s1 := newSessioned(ds[0]), newSessioned(ds[1])
-	q, err := quorum.New([]driver.Driver{s0, s1, ds[2]}, &quorum.Options{NodeTimeout: testNodeTimeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	_, s0, s1, q := twoSessioned(t)
 	sessionLost := fmt.Errorf("session ended (test): %w", driver.ErrSessionLost)
 	s0.lose(sessionLost)
 	s1.lose(sessionLost)
@@ -480,14 +481,7 @@ func TestLostAtGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-g.Lost:
-	case <-time.After(5 * time.Second):
-		t.Fatal("not lost within 5s, with two of three nodes' sessions ended as they granted")
-	}
-	if err := g.Cause(); !errors.Is(err, driver.ErrSessionLost) {
-		t.Fatalf("Cause = %v, want ErrSessionLost", err)
-	}
+	isLost(t, g, "not lost within 5s, with two of three nodes' sessions ended as they granted")
 }
 
 // TestSlowNodeReleased: a node slower than the others still gets the
